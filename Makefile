@@ -1,0 +1,74 @@
+# One entry point for humans and CI. `make demo` and `make test` set up the
+# virtual environment themselves (from pyproject.toml, the only place Python
+# versions are pinned).
+#
+# Offline mirrors: set MIRROR_DIR to a folder laid out like ../shared
+# (tfds/, upstream/, kube-schemas/). Unset, everything is fetched online.
+
+SHELL := /bin/bash
+.SHELLFLAGS := -euo pipefail -c
+.DEFAULT_GOAL := help
+
+PYTHON_BOOTSTRAP ?= $(shell command -v python3.11 || command -v python3)
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-$(shell sha1sum pyproject.toml | cut -c1-12)
+WORK_DIR ?= work
+
+MIRROR_DIR ?=
+ifneq ($(strip $(MIRROR_DIR)),)
+export TFDS_DATA_DIR ?= $(abspath $(MIRROR_DIR))/tfds
+export UPSTREAM_MIRROR_DIR ?= $(abspath $(MIRROR_DIR))/upstream
+export KUBE_SCHEMA_DIR ?= $(abspath $(MIRROR_DIR))/kube-schemas
+endif
+export TF_CPP_MIN_LOG_LEVEL ?= 2
+export PYTHONUNBUFFERED := 1
+
+# Full training budget (see bench/ and README): BUDGET=full make demo
+BUDGET ?= quick
+PYTEST_ARGS ?=
+
+.PHONY: help venv demo test test-fast lint validate loadtest-local bench bench-train bench-serve clean
+
+help: ## list targets
+	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON_BOOTSTRAP) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip==25.3
+	$(PY) -m pip install --quiet -e '.[dev,loadtest]'
+	rm -f $(VENV)/.installed-*
+	touch $@
+
+venv: $(STAMP) ## create/refresh .venv from pyproject.toml
+
+demo: $(STAMP) ## run the whole pipeline locally: ingest -> train x3 (2 workers each) -> select -> serve -> predict
+	$(PY) -m training.pipeline --work-dir $(WORK_DIR) --budget $(BUDGET)
+
+test: $(STAMP) lint ## lint, then the whole test suite (offline with MIRROR_DIR)
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+test-fast: $(STAMP) ## tests without the slow multi-process ones
+	$(PY) -m pytest -m 'not slow' $(PYTEST_ARGS)
+
+lint: $(STAMP) ## ruff + yamllint
+	$(VENV)/bin/ruff check src tests loadtest bench
+	$(VENV)/bin/ruff format --check src tests loadtest bench
+	$(VENV)/bin/yamllint --strict .
+
+validate: $(STAMP) ## render every kustomization and validate the manifests (no ML tests)
+	$(PY) -m validation
+
+loadtest-local: $(STAMP) ## headless Locust run against the local model server (needs `make demo` first)
+	$(PY) -m loadtest.local --work-dir $(WORK_DIR)
+
+bench-train: $(STAMP) ## training throughput/accuracy benchmark (2 workers on loopback)
+	$(PY) bench/train_bench.py --budget $(BUDGET)
+
+bench-serve: $(STAMP) ## model server benchmark (req/s, p50/p99 at concurrency 1/5/16)
+	$(PY) bench/serve_bench.py
+
+bench: bench-train bench-serve ## all benchmarks
+
+clean: ## remove the work dir (models, checkpoints, reports)
+	rm -rf $(WORK_DIR)
