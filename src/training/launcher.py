@@ -1,0 +1,192 @@
+"""Run one training job as N local worker processes: the TFJob, on one machine.
+
+Picks free loopback ports, gives every process the ``TF_CONFIG`` the Kubeflow training
+operator would inject (``worker`` replicas, optionally one ``chief``), streams each process's
+output prefixed with its replica name, and fails fast: as soon as one replica exits non-zero the
+others are terminated and :class:`LaunchError` says which replica failed and how.
+
+    python -m training.launcher --num-workers 2 --name cnn -- \
+        --model-type cnn --epochs 2 --saved-model-dir work/candidates/cnn --checkpoint-dir work/ckpt
+
+Everything after ``--`` is passed unchanged to ``python -m training.train``, the same arguments
+the TFJob manifests pass.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+from training.tf_config import make_tf_config
+
+TAIL_LINES = 20
+
+
+class LaunchError(RuntimeError):
+    """A replica failed (or the job timed out); the message names it and quotes its output."""
+
+
+def free_ports(n: int) -> list[int]:
+    """``n`` distinct free TCP ports on 127.0.0.1 (bound and released; small race accepted)."""
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def cluster_spec(num_workers: int, with_chief: bool = False) -> dict[str, list[str]]:
+    """Loopback cluster: ``{"worker": [...]}`` or ``{"chief": [one], "worker": [...]}``.
+
+    ``num_workers`` counts all training replicas (the chief included when ``with_chief``).
+
+    Raises:
+        ValueError: ``num_workers < 1`` or a chief with fewer than 2 replicas requested.
+    """
+    if num_workers < 1:
+        raise ValueError("num_workers must be >= 1")
+    if with_chief and num_workers < 2:
+        raise ValueError("a chief cluster needs at least 2 replicas (chief + 1 worker)")
+    addrs = [f"127.0.0.1:{p}" for p in free_ports(num_workers)]
+    if with_chief:
+        return {"chief": addrs[:1], "worker": addrs[1:]}
+    return {"worker": addrs}
+
+
+def _replicas(cluster: dict[str, list[str]]) -> list[tuple[str, int]]:
+    return [(t, i) for t in ("chief", "worker") for i in range(len(cluster.get(t, [])))]
+
+
+def _pump(proc: subprocess.Popen, prefix: str, tail: collections.deque, out) -> None:
+    for line in proc.stdout:  # type: ignore[union-attr]
+        tail.append(line.rstrip("\n"))
+        out.write(f"{prefix} {line}")
+        out.flush()
+
+
+def launch(
+    train_args: list[str],
+    num_workers: int = 2,
+    with_chief: bool = False,
+    name: str = "train",
+    timeout: float | None = None,
+    env: dict[str, str] | None = None,
+    out=None,
+    module: str = "training.train",
+) -> float:
+    """Start the replicas, stream their logs, wait for all of them.
+
+    Args:
+        train_args: arguments for ``python -m <module>``.
+        num_workers: number of replicas (``TF_CONFIG`` cluster size).
+        with_chief: use a ``chief`` + workers cluster instead of workers only.
+        name: log prefix, e.g. the model type.
+        timeout: seconds before the whole job is killed (``None``: no limit).
+        env: extra environment for every replica.
+        out: text stream for the prefixed logs (default ``sys.stdout``).
+        module: the Python module each replica runs.
+
+    Returns:
+        Wall time in seconds.
+
+    Raises:
+        LaunchError: a replica exited non-zero (the others are terminated) or the timeout hit.
+    """
+    out = out or sys.stdout
+    cluster = cluster_spec(num_workers, with_chief)
+    threads_each = str(max(1, (os.cpu_count() or 1) // max(1, num_workers)))
+    procs: list[tuple[str, subprocess.Popen, collections.deque]] = []
+    t0 = time.perf_counter()
+    try:
+        for task_type, index in _replicas(cluster):
+            penv = dict(os.environ)
+            penv.update(env or {})
+            penv["TF_CONFIG"] = make_tf_config(cluster, task_type, index)
+            penv.setdefault("TF_NUM_INTRAOP_THREADS", threads_each)
+            penv.setdefault("TF_NUM_INTEROP_THREADS", "2")
+            penv.setdefault("PYTHONUNBUFFERED", "1")
+            proc = subprocess.Popen(
+                [sys.executable, "-m", module, *train_args],
+                env=penv,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                bufsize=1,
+            )
+            tail: collections.deque = collections.deque(maxlen=TAIL_LINES)
+            replica = f"{task_type}-{index}"
+            threading.Thread(
+                target=_pump, args=(proc, f"[{name}/{replica}]", tail, out), daemon=True
+            ).start()
+            procs.append((replica, proc, tail))
+        while True:
+            codes = [(r, p.poll(), t) for r, p, t in procs]
+            failed = [(r, c, t) for r, c, t in codes if c not in (None, 0)]
+            if failed:
+                replica, code, tail = failed[0]
+                time.sleep(0.2)  # let the pump thread drain the last lines
+                raise LaunchError(
+                    f"{name}: replica {replica} exited with code {code}; "
+                    f"stopping the other replicas. Last output:\n  " + "\n  ".join(tail)
+                )
+            if all(c == 0 for _, c, _ in codes):
+                return time.perf_counter() - t0
+            if timeout is not None and time.perf_counter() - t0 > timeout:
+                raise LaunchError(f"{name}: timed out after {timeout:.0f} s")
+            time.sleep(0.2)
+    finally:
+        for _, proc, _ in procs:
+            if proc.poll() is None:
+                proc.terminate()
+        for _, proc, _ in procs:
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The launcher CLI: launcher options, then ``--`` and the training arguments."""
+    p = argparse.ArgumentParser(
+        prog="python -m training.launcher",
+        description="Run `python -m training.train` as N local replicas with TF_CONFIG.",
+    )
+    p.add_argument("--num-workers", type=int, default=2)
+    p.add_argument("--chief", action="store_true", help="use a chief + workers cluster")
+    p.add_argument("--name", default="train", help="log prefix")
+    p.add_argument("--timeout", type=float, default=None, help="seconds")
+    p.add_argument("train_args", nargs=argparse.REMAINDER, help="-- then training arguments")
+    return p
+
+
+def main(args: argparse.Namespace) -> float:
+    """Launch and wait; returns wall seconds (raises :class:`LaunchError`)."""
+    train_args = args.train_args[1:] if args.train_args[:1] == ["--"] else args.train_args
+    return launch(train_args, args.num_workers, args.chief, args.name, args.timeout)
+
+
+def cli(argv: list[str] | None = None) -> int:
+    """Console entry point (``fmnist-launch``): exit 1 with the failure on stderr."""
+    try:
+        seconds = main(build_parser().parse_args(argv))
+    except LaunchError as exc:
+        print(f"launcher: {exc}", file=sys.stderr)
+        return 1
+    print(f"launcher: all replicas finished in {seconds:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(cli())

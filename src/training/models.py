@@ -1,0 +1,84 @@
+"""The three model variants trained in parallel: ``cnn``, ``dropout`` and ``batch_norm``.
+
+All three share one preprocessing stem, part of the model graph so that training, selection and
+serving apply exactly the same arithmetic (no train/serve skew):
+
+    uint8-valued float32 [N, 28, 28, 1] in 0..255
+      -> Rescaling(1/255)                    -> [0, 1]
+      -> Normalization(mean 0.2860, std 0.3530)  (train-split pixel statistics)
+
+and output **logits** ``float32 [N, 10]``; the serving signature applies the softmax.
+"""
+
+from __future__ import annotations
+
+import training  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
+
+MODEL_TYPES = ("cnn", "dropout", "batch_norm")
+PIXEL_MEAN = 0.2860  # train-split mean of pixels scaled to [0, 1]
+PIXEL_STD = 0.3530
+
+
+def _stem(keras):
+    return [
+        keras.layers.Input(shape=(28, 28, 1), dtype="float32", name="pixels"),
+        keras.layers.Rescaling(1.0 / 255.0, name="scale_0_1"),
+        keras.layers.Normalization(mean=PIXEL_MEAN, variance=PIXEL_STD**2, name="normalize"),
+    ]
+
+
+def _conv(keras, filters: int, batch_norm: bool, name: str):
+    layers = keras.layers
+    if not batch_norm:
+        return [layers.Conv2D(filters, 3, padding="same", activation="relu", name=name)]
+    return [
+        layers.Conv2D(filters, 3, padding="same", use_bias=False, name=name),
+        layers.BatchNormalization(name=f"{name}_bn"),
+        layers.ReLU(name=f"{name}_relu"),
+    ]
+
+
+def build_model(model_type: str, seed: int | None = None):
+    """Build an uncompiled tf-keras model.
+
+    Args:
+        model_type: one of :data:`MODEL_TYPES`: ``cnn`` (plain CNN), ``dropout`` (the CNN with
+            dropout after each block and before the classifier), ``batch_norm`` (the CNN with
+            batch normalisation after every convolution).
+        seed: optional seed for weight initialisation.
+
+    Returns:
+        ``tf_keras.Sequential`` mapping ``float32 [N, 28, 28, 1]`` (0..255) to logits
+        ``float32 [N, 10]``.
+
+    Raises:
+        ValueError: for an unknown ``model_type``.
+    """
+    import tf_keras as keras
+
+    if model_type not in MODEL_TYPES:
+        raise ValueError(f"unknown model type {model_type!r}; choose one of {MODEL_TYPES}")
+    if seed is not None:
+        keras.utils.set_random_seed(seed)
+    bn = model_type == "batch_norm"
+    drop = model_type == "dropout"
+    layers = keras.layers
+    stack = _stem(keras)
+    for block, filters in enumerate((32, 64), start=1):
+        stack += _conv(keras, filters, bn, f"conv{block}")
+        stack.append(layers.MaxPooling2D(name=f"pool{block}"))
+        if drop:
+            stack.append(layers.Dropout(0.25, name=f"drop{block}"))
+    stack.append(layers.Flatten(name="flatten"))
+    if bn:
+        stack += [
+            layers.Dense(128, use_bias=False, name="dense"),
+            layers.BatchNormalization(name="dense_bn"),
+            layers.ReLU(name="dense_relu"),
+        ]
+    else:
+        stack.append(layers.Dense(128, activation="relu", name="dense"))
+    if drop:
+        stack.append(layers.Dropout(0.5, name="drop_dense"))
+    stack.append(layers.Dense(10, name="logits"))
+    return keras.Sequential(stack, name=model_type)

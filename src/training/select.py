@@ -1,0 +1,237 @@
+"""Model selection: evaluate every candidate through its serving signature, publish the best.
+
+Each candidate is a SavedModel directory ``<candidates-dir>/<model-type>/`` exported by
+:mod:`training.train`. The test split is encoded exactly as a client sends it (JPEG by default,
+Pillow) and fed to the ``serving_default`` signature, so the accuracy measured here is the one
+the server delivers. The winner (highest accuracy, ties -> lower loss) is copied to a staging
+directory inside the serving base path and renamed to the next integer version::
+
+    <serving-base-path>/.staging-3-1a2b3c4d/   (invisible to TF Serving: not an integer)
+    <serving-base-path>/3/saved_model.pb       (after one atomic rename)
+
+so a crash never leaves a partial version that TensorFlow Serving or KServe would load.
+Missing or corrupt candidates are reported and skipped; with no valid candidate (or none above
+``--min-accuracy``) nothing is published and the exit code is 1.
+
+    python -m training.select --data-dir /mnt/shared/tfds --candidates-dir /mnt/shared/candidates \
+        --serving-base-path /mnt/shared/models/fashion-mnist \
+        --report /mnt/shared/reports/selection.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import os
+import shutil
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import numpy as np
+
+import training  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
+from training.export import INPUT_NAME, OUTPUT_NAME, SIGNATURE_KEY
+from training.models import MODEL_TYPES
+
+log = logging.getLogger("training.select")
+
+
+class SelectionError(RuntimeError):
+    """No candidate could be published."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The selection CLI (the Argo Workflow's ``select`` step)."""
+    p = argparse.ArgumentParser(
+        prog="python -m training.select",
+        description="Evaluate candidate SavedModels on the test split and publish the best.",
+    )
+    p.add_argument("--data-dir", default=None, help="tfds data dir (default: $TFDS_DATA_DIR)")
+    p.add_argument(
+        "--candidates-dir", required=True, help="holds one SavedModel dir per model type"
+    )
+    p.add_argument(
+        "--model-types",
+        nargs="+",
+        default=list(MODEL_TYPES),
+        help="candidates to consider (a missing one is reported and skipped)",
+    )
+    p.add_argument(
+        "--serving-base-path",
+        required=True,
+        help="TF Serving model base path; the winner becomes <path>/<next integer version>",
+    )
+    p.add_argument("--report", required=True, help="JSON report to write")
+    p.add_argument("--test-examples", type=int, default=0, help="first N test images; 0 = all")
+    p.add_argument("--image-format", choices=("jpeg", "png"), default="jpeg")
+    p.add_argument("--jpeg-quality", type=int, default=95)
+    p.add_argument("--batch-size", type=int, default=500)
+    p.add_argument(
+        "--min-accuracy",
+        type=float,
+        default=0.0,
+        help="publish nothing if the best accuracy is below this (0..1)",
+    )
+    return p
+
+
+def evaluate_candidate(
+    path: Path, encoded: list[bytes], labels: np.ndarray, batch_size: int
+) -> dict:
+    """Accuracy and mean cross-entropy of one SavedModel through ``serving_default``.
+
+    Args:
+        path: SavedModel directory.
+        encoded: encoded test images (``N`` byte strings).
+        labels: ``int64 [N]`` true classes.
+        batch_size: images per signature call.
+
+    Returns:
+        ``{"accuracy": float in [0,1], "loss": float (nats), "examples": N, "seconds": float}``.
+
+    Raises:
+        FileNotFoundError: no ``saved_model.pb`` in ``path``.
+        Exception: whatever TensorFlow raises for a corrupt SavedModel or a wrong signature.
+    """
+    import tensorflow as tf
+
+    if not (path / "saved_model.pb").is_file():
+        raise FileNotFoundError(f"no saved_model.pb in {path}")
+    t0 = time.perf_counter()
+    sig = tf.saved_model.load(str(path)).signatures[SIGNATURE_KEY]
+    probs = []
+    for i in range(0, len(encoded), batch_size):
+        out = sig(**{INPUT_NAME: tf.constant(encoded[i : i + batch_size])})
+        probs.append(out[OUTPUT_NAME].numpy())
+    p = np.concatenate(probs)
+    if p.shape != (len(labels), 10):
+        raise ValueError(f"signature returned shape {p.shape}, expected ({len(labels)}, 10)")
+    picked = np.clip(p[np.arange(len(labels)), labels], 1e-7, 1.0)
+    return {
+        "accuracy": float(np.mean(np.argmax(p, axis=1) == labels)),
+        "loss": float(-np.mean(np.log(picked))),
+        "examples": int(len(labels)),
+        "seconds": time.perf_counter() - t0,
+    }
+
+
+def next_version(base: Path) -> int:
+    """1 + the largest integer-named subdirectory of ``base`` (1 when there is none)."""
+    versions = (
+        [int(d.name) for d in base.iterdir() if d.is_dir() and d.name.isdigit()]
+        if base.exists()
+        else []
+    )
+    return max(versions, default=0) + 1
+
+
+def publish(candidate: Path, base: Path) -> tuple[int, Path]:
+    """Copy ``candidate`` to ``base/<next version>`` atomically (stage, then rename).
+
+    Returns:
+        ``(version, path)``.
+
+    Raises:
+        FileExistsError: another publisher took that version in the meantime.
+    """
+    base.mkdir(parents=True, exist_ok=True)
+    version = next_version(base)
+    staging = base / f".staging-{version}-{uuid.uuid4().hex[:8]}"
+    try:
+        shutil.copytree(candidate, staging)
+        if not (staging / "saved_model.pb").is_file():
+            raise FileNotFoundError(f"staged copy {staging} has no saved_model.pb")
+        target = base / str(version)
+        if target.exists():
+            raise FileExistsError(f"version {version} appeared at {target} while publishing")
+        os.rename(staging, target)  # atomic on one filesystem
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging, ignore_errors=True)
+    return version, target
+
+
+def write_json_atomic(path: Path, payload: dict) -> None:
+    """Write JSON to ``path`` via a temporary file and rename."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
+    tmp.write_text(json.dumps(payload, indent=2) + "\n")
+    os.replace(tmp, path)
+
+
+def main(args: argparse.Namespace) -> dict:
+    """Evaluate, pick, publish, write the report; returns the report dict.
+
+    Raises:
+        SelectionError: no valid candidate, or the best is below ``--min-accuracy`` (the report
+            is still written, with ``"published": false``).
+    """
+    from training.data import encode_images, load_numpy
+
+    images, labels = load_numpy("test", args.data_dir, args.test_examples or None)
+    encoded = encode_images(images, args.image_format, args.jpeg_quality)
+    results: dict[str, dict] = {}
+    for model_type in args.model_types:
+        path = Path(args.candidates_dir) / model_type
+        try:
+            metrics = evaluate_candidate(path, encoded, labels, args.batch_size)
+            results[model_type] = {"status": "ok", "path": str(path), **metrics}
+            log.info(
+                "%-10s accuracy=%.4f loss=%.4f", model_type, metrics["accuracy"], metrics["loss"]
+            )
+        except Exception as exc:  # a corrupt/missing candidate must not stop the others
+            results[model_type] = {
+                "status": "invalid",
+                "path": str(path),
+                "error": f"{type(exc).__name__}: {exc}",
+            }
+            log.warning("%-10s skipped: %s", model_type, results[model_type]["error"])
+
+    valid = {k: v for k, v in results.items() if v["status"] == "ok" and math.isfinite(v["loss"])}
+    report = {
+        "test_examples": int(len(labels)),
+        "image_format": args.image_format,
+        "candidates": results,
+        "chosen_model": None,
+        "version": None,
+        "published": False,
+        "serving_base_path": str(args.serving_base_path),
+    }
+    try:
+        if not valid:
+            raise SelectionError("no valid candidate to publish")
+        best = max(valid, key=lambda k: (valid[k]["accuracy"], -valid[k]["loss"]))
+        report["chosen_model"] = best
+        if valid[best]["accuracy"] < args.min_accuracy:
+            raise SelectionError(
+                f"best candidate {best} has accuracy {valid[best]['accuracy']:.4f} "
+                f"< --min-accuracy {args.min_accuracy}"
+            )
+        version, target = publish(Path(valid[best]["path"]), Path(args.serving_base_path))
+        report.update(version=version, published=True, model_path=str(target))
+        log.info("published %s as version %d at %s", best, version, target)
+    except SelectionError as exc:
+        report["error"] = str(exc)
+        raise
+    finally:
+        write_json_atomic(Path(args.report), report)
+    return report
+
+
+def cli(argv: list[str] | None = None) -> int:
+    """Console entry point (``fmnist-select``); exit 1 when nothing is published."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    try:
+        main(build_parser().parse_args(argv))
+    except SelectionError as exc:
+        log.error("%s", exc)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(cli())

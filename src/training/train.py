@@ -1,0 +1,341 @@
+"""Train one model variant with ``MultiWorkerMirroredStrategy`` (what every TFJob replica runs).
+
+Each replica reads ``TF_CONFIG`` (injected by the Kubeflow training operator, or by
+:mod:`training.launcher` locally), joins the collective ring, trains on its ``DATA``-sharded part
+of every global batch, and then *every* replica saves (saving runs collectives); only the chief's
+files survive, following TensorFlow's multi-worker Keras tutorial:
+
+  * chief: checkpoints under ``<checkpoint-dir>/<model-type>/<run-id>/``, TensorBoard logs under
+    ``<tensorboard-dir>/<model-type>/<run-id>/``, the SavedModel at ``--saved-model-dir``
+    (staged beside it, then renamed into place);
+  * other workers: the same writes go to a private temporary directory on local disk that is
+    deleted afterwards, so no ``workertemp`` directory ever appears on the shared volume.
+
+Example (what the TFJob containers run)::
+
+    python -m training.train --model-type cnn --data-dir /mnt/shared/tfds \
+        --epochs 15 --batch-size-per-replica 128 --learning-rate 0.003 --lr-schedule cosine \
+        --checkpoint-dir /mnt/shared/checkpoints --tensorboard-dir /mnt/shared/tensorboard \
+        --saved-model-dir /mnt/shared/candidates/cnn --run-id pipeline-abc12
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import shutil
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import training  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
+from training.models import MODEL_TYPES
+from training.tf_config import TaskInfo, is_chief, parse_tf_config
+
+log = logging.getLogger("training.train")
+HISTORY_FILE = "training_history.json"
+LR_SCHEDULES = ("constant", "cosine", "exponential")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The training CLI; the TFJob manifests pass exactly these flags."""
+    p = argparse.ArgumentParser(
+        prog="python -m training.train",
+        description="Train one Fashion-MNIST model variant with MultiWorkerMirroredStrategy.",
+    )
+    p.add_argument("--model-type", required=True, choices=MODEL_TYPES)
+    p.add_argument(
+        "--data-dir",
+        default=None,
+        help="tfds data dir with fashion_mnist prepared (default: $TFDS_DATA_DIR)",
+    )
+    p.add_argument("--epochs", type=int, default=12)
+    p.add_argument(
+        "--steps-per-epoch",
+        type=int,
+        default=0,
+        help="steps per epoch; 0 = one pass over the (limited) train split",
+    )
+    p.add_argument("--batch-size-per-replica", type=int, default=128)
+    p.add_argument("--learning-rate", type=float, default=0.003, help="peak learning rate")
+    p.add_argument("--lr-schedule", choices=LR_SCHEDULES, default="cosine")
+    p.add_argument(
+        "--warmup-epochs", type=float, default=1.0, help="linear warm-up (cosine schedule)"
+    )
+    p.add_argument(
+        "--train-examples", type=int, default=0, help="use the first N train examples; 0 = all"
+    )
+    p.add_argument(
+        "--validation-examples",
+        type=int,
+        default=10_000,
+        help="test-split examples evaluated after each epoch for the curves; 0 = none",
+    )
+    p.add_argument(
+        "--saved-model-dir",
+        required=True,
+        help="where the chief exports the candidate SavedModel",
+    )
+    p.add_argument(
+        "--checkpoint-dir",
+        required=True,
+        help="checkpoint root; this run writes <dir>/<model-type>/<run-id>",
+    )
+    p.add_argument(
+        "--tensorboard-dir",
+        default=None,
+        help="TensorBoard root; this run writes <dir>/<model-type>/<run-id>",
+    )
+    p.add_argument(
+        "--run-id",
+        default=os.environ.get("RUN_ID", "local"),
+        help="names this run's checkpoint/log directories; reusing it resumes (default: $RUN_ID)",
+    )
+    p.add_argument("--seed", type=int, default=42)
+    p.add_argument(
+        "--intra-op-threads",
+        type=int,
+        default=int(os.environ.get("TF_NUM_INTRAOP_THREADS", "0")),
+        help="TensorFlow intra-op threads; 0 = TensorFlow's default",
+    )
+    return p
+
+
+def checkpoint_dir(args: argparse.Namespace) -> Path:
+    """``<checkpoint-dir>/<model-type>/<run-id>``: distinct per model type and per run.
+
+    Every replica passes this same (shared) path to the Keras checkpoint callbacks, as in
+    TensorFlow's multi-worker tutorial; tf-keras itself redirects non-chief writes to
+    ``workertemp_<id>`` subdirectories and deletes them after each save.
+    """
+    return Path(args.checkpoint_dir) / args.model_type / args.run_id
+
+
+def run_dirs(args: argparse.Namespace, task: TaskInfo) -> dict[str, Path | None]:
+    """Where this replica writes TensorBoard logs and its SavedModel export.
+
+    The chief writes to the real (shared) paths; any other replica to a fresh local temporary
+    ``scratch`` directory that :func:`main` deletes at the end.
+    """
+    if is_chief(task):
+        tb = (
+            Path(args.tensorboard_dir) / args.model_type / args.run_id
+            if args.tensorboard_dir
+            else None
+        )
+        return {
+            "scratch": None,
+            "tensorboard": tb,
+            "export_parent": Path(args.saved_model_dir).parent,
+        }
+    scratch = Path(tempfile.mkdtemp(prefix=f"workertemp_{task.task_type}_{task.task_index}_"))
+    return {"scratch": scratch, "tensorboard": scratch / "tensorboard", "export_parent": scratch}
+
+
+def make_strategy(task: TaskInfo):
+    """``MultiWorkerMirroredStrategy`` with ring all-reduce (CPU) or NCCL when GPUs are visible."""
+    import tensorflow as tf
+
+    impl = (
+        tf.distribute.experimental.CommunicationImplementation.NCCL
+        if tf.config.list_physical_devices("GPU")
+        else tf.distribute.experimental.CommunicationImplementation.RING
+    )
+    options = tf.distribute.experimental.CommunicationOptions(implementation=impl)
+    return tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
+
+
+def make_dataset(images, labels, global_batch: int, shuffle: bool, seed: int):
+    """``tf.data`` pipeline of ``(float32 [B,28,28,1] 0..255, int64 [B])`` global batches.
+
+    Sharded across replicas with ``AutoShardPolicy.DATA``: every worker sees the same
+    in-memory dataset and keeps its slice of each global batch.
+    """
+    import tensorflow as tf
+
+    ds = tf.data.Dataset.from_tensor_slices((images, labels))
+    if shuffle:
+        ds = ds.shuffle(len(images), seed=seed, reshuffle_each_iteration=True).repeat()
+    ds = ds.batch(global_batch, drop_remainder=shuffle)
+    ds = ds.map(lambda x, y: (tf.cast(x, tf.float32), y), num_parallel_calls=tf.data.AUTOTUNE)
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
+    options.deterministic = False
+    return ds.with_options(options).prefetch(tf.data.AUTOTUNE)
+
+
+def make_schedule(args: argparse.Namespace, steps_per_epoch: int):
+    """The learning-rate schedule (per optimizer step)."""
+    import tf_keras as keras
+
+    total = max(1, args.epochs * steps_per_epoch)
+    if args.lr_schedule == "constant":
+        return args.learning_rate
+    if args.lr_schedule == "exponential":
+        return keras.optimizers.schedules.ExponentialDecay(
+            args.learning_rate, decay_steps=steps_per_epoch, decay_rate=0.8
+        )
+    warmup = min(total - 1, int(args.warmup_epochs * steps_per_epoch))
+    return keras.optimizers.schedules.CosineDecay(
+        initial_learning_rate=args.learning_rate * 0.1 if warmup else args.learning_rate,
+        decay_steps=total - warmup,
+        alpha=0.01,
+        warmup_target=args.learning_rate if warmup else None,
+        warmup_steps=warmup,
+    )
+
+
+class ThroughputLogger:
+    """Keras callback factory: per-epoch wall time and images/s across all replicas."""
+
+    @staticmethod
+    def make(global_batch: int, steps_per_epoch: int):
+        import tf_keras as keras
+
+        class _Cb(keras.callbacks.Callback):
+            def on_epoch_begin(self, epoch, logs=None):
+                self._t0 = time.perf_counter()
+
+            def on_epoch_end(self, epoch, logs=None):
+                dt = time.perf_counter() - self._t0
+                if logs is not None:
+                    logs["epoch_seconds"] = dt
+                    logs["images_per_second"] = global_batch * steps_per_epoch / dt
+                    lr = self.model.optimizer.learning_rate
+                    if callable(lr):  # a LearningRateSchedule
+                        lr = lr(self.model.optimizer.iterations)
+                    logs["lr"] = float(keras.backend.get_value(lr))
+
+        return _Cb()
+
+
+def export_candidate(model, saved_model_dir: Path, task: TaskInfo, export_parent: Path) -> Path:
+    """Every replica exports; the chief stages next to ``saved_model_dir`` and renames into place.
+
+    A crash before the rename leaves only a ``.staging-*`` directory, never a partial
+    ``saved_model_dir``.
+    """
+    from training.export import export_saved_model
+
+    export_parent.mkdir(parents=True, exist_ok=True)
+    staging = export_parent / f".staging-{saved_model_dir.name}-{uuid.uuid4().hex[:8]}"
+    export_saved_model(model, staging)
+    if not is_chief(task):
+        return staging
+    old = None
+    if saved_model_dir.exists():
+        old = saved_model_dir.with_name(f".old-{saved_model_dir.name}-{uuid.uuid4().hex[:8]}")
+        saved_model_dir.rename(old)
+    staging.rename(saved_model_dir)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+    return saved_model_dir
+
+
+def write_history(path: Path, history: dict) -> None:
+    """Write the history JSON via a temporary file and rename (never half-written)."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(history, indent=2))
+    os.replace(tmp, path)
+
+
+def main(args: argparse.Namespace) -> dict:
+    """Train, export, and return the history dict (also written as ``training_history.json``).
+
+    Raises:
+        training.tf_config.TFConfigError: malformed ``TF_CONFIG``.
+        FileNotFoundError: the dataset is not prepared in ``--data-dir``.
+    """
+    task = parse_tf_config()
+    import tensorflow as tf
+
+    if args.intra_op_threads:
+        tf.config.threading.set_intra_op_parallelism_threads(args.intra_op_threads)
+        tf.config.threading.set_inter_op_parallelism_threads(max(2, args.intra_op_threads))
+    strategy = make_strategy(task)
+    replicas = strategy.num_replicas_in_sync
+    chief = is_chief(task)
+    log.info("task %s:%d chief=%s replicas=%d", task.task_type, task.task_index, chief, replicas)
+
+    import tf_keras as keras
+
+    from training.data import load_numpy
+    from training.models import build_model
+
+    x_train, y_train = load_numpy("train", args.data_dir, args.train_examples or None)
+    global_batch = args.batch_size_per_replica * replicas
+    steps = args.steps_per_epoch or max(1, len(x_train) // global_batch)
+    train_ds = make_dataset(x_train, y_train, global_batch, shuffle=True, seed=args.seed)
+    val_ds = None
+    if args.validation_examples:
+        x_val, y_val = load_numpy("test", args.data_dir, args.validation_examples)
+        val_ds = make_dataset(x_val, y_val, global_batch, shuffle=False, seed=args.seed)
+
+    dirs = run_dirs(args, task)
+    ckpt = checkpoint_dir(args)
+    with strategy.scope():
+        model = build_model(args.model_type, seed=args.seed)
+        model.compile(
+            optimizer=keras.optimizers.Adam(make_schedule(args, steps)),
+            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+            metrics=["accuracy"],
+        )
+    callbacks = [
+        # Fault tolerance: a restarted replica resumes from the last finished epoch.
+        keras.callbacks.BackupAndRestore(backup_dir=str(ckpt / "backup"), delete_checkpoint=False),
+        keras.callbacks.ModelCheckpoint(
+            filepath=str(ckpt / "epoch-{epoch:03d}" / "weights"),
+            save_weights_only=True,
+        ),
+        ThroughputLogger.make(global_batch, steps),
+    ]
+    if dirs["tensorboard"] is not None:
+        callbacks.append(keras.callbacks.TensorBoard(log_dir=str(dirs["tensorboard"])))
+
+    try:
+        t0 = time.perf_counter()
+        hist = model.fit(
+            train_ds,
+            epochs=args.epochs,
+            steps_per_epoch=steps,
+            validation_data=val_ds,
+            callbacks=callbacks,
+            verbose=2,
+        )
+        train_seconds = time.perf_counter() - t0
+        saved = export_candidate(model, Path(args.saved_model_dir), task, dirs["export_parent"])
+    finally:
+        if dirs["scratch"] is not None:  # non-chief: nothing of this replica may survive
+            shutil.rmtree(dirs["scratch"], ignore_errors=True)
+            log.info("worker %d removed its temporary directory", task.task_index)
+    history = {
+        "model_type": args.model_type,
+        "run_id": args.run_id,
+        "replicas": replicas,
+        "global_batch_size": global_batch,
+        "steps_per_epoch": steps,
+        "epochs": args.epochs,
+        "train_examples": int(len(x_train)),
+        "train_seconds": train_seconds,
+        "history": {k: [float(v) for v in vals] for k, vals in hist.history.items()},
+    }
+    if chief:
+        write_history(saved / HISTORY_FILE, history)
+        log.info("chief exported %s", saved)
+    return history
+
+
+def cli(argv: list[str] | None = None) -> int:
+    """Console entry point (``fmnist-train``)."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    args = build_parser().parse_args(argv)
+    main(args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(cli())
