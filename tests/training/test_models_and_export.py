@@ -1,0 +1,96 @@
+"""Model variants and the serving signature (no train/serve skew)."""
+
+import io
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from PIL import Image
+
+from training.data import encode_images
+from training.export import INPUT_NAME, OUTPUT_NAME, SIGNATURE_KEY, decode_images
+from training.models import MODEL_TYPES, build_model
+
+
+@pytest.mark.parametrize("model_type", MODEL_TYPES)
+def test_every_variant_maps_images_to_ten_logits(model_type):
+    model = build_model(model_type, seed=0)
+    out = model(np.zeros((3, 28, 28, 1), np.float32), training=False)
+    assert out.shape == (3, 10)
+    assert out.dtype == tf.float32
+
+
+def test_variants_differ_as_named():
+    kinds = {t: [type(layer).__name__ for layer in build_model(t).layers] for t in MODEL_TYPES}
+    assert "Dropout" in kinds["dropout"] and "Dropout" not in kinds["cnn"]
+    assert "BatchNormalization" in kinds["batch_norm"]
+    assert "BatchNormalization" not in kinds["cnn"]
+
+
+def test_unknown_model_type_is_rejected():
+    with pytest.raises(ValueError, match="unknown model type"):
+        build_model("resnet")
+
+
+def test_decoding_a_28x28_png_gives_the_training_pixels(test_slice):
+    images, _ = test_slice
+    decoded = decode_images(tf.constant(encode_images(images[:20], "png"))).numpy()
+    np.testing.assert_array_equal(decoded, images[:20].astype(np.float32))
+
+
+def _signature(path):
+    return tf.saved_model.load(str(path)).signatures[SIGNATURE_KEY]
+
+
+def test_signature_shapes_and_names(exported_model):
+    sig = _signature(exported_model)
+    (spec,) = sig.structured_input_signature[1].values()
+    assert spec.dtype == tf.string and spec.shape.as_list() == [None]
+    assert INPUT_NAME in sig.structured_input_signature[1]
+    assert sig.structured_outputs[OUTPUT_NAME].shape.as_list() == [None, 10]
+
+
+def test_signature_accuracy_equals_in_process_accuracy(exported_model, trained_model, test_slice):
+    images, labels = test_slice
+    in_process = tf.nn.softmax(trained_model(images.astype(np.float32), training=False)).numpy()
+    served = _signature(exported_model)(**{INPUT_NAME: tf.constant(encode_images(images, "png"))})
+    served = served[OUTPUT_NAME].numpy()
+    acc_in = np.mean(in_process.argmax(1) == labels)
+    acc_served = np.mean(served.argmax(1) == labels)
+    assert acc_in > 0.5, "fixture model should be well above chance (0.1)"
+    assert acc_served == acc_in
+    np.testing.assert_allclose(served, in_process, atol=1e-5)
+    np.testing.assert_allclose(served.sum(axis=1), 1.0, atol=1e-5)
+
+
+def test_jpeg_accuracy_matches_in_process_on_the_same_decoded_pixels(
+    exported_model, trained_model, test_slice
+):
+    images, labels = test_slice
+    jpegs = encode_images(images, "jpeg")
+    pixels = np.stack([np.asarray(Image.open(io.BytesIO(b)).convert("L")) for b in jpegs])[
+        ..., None
+    ]
+    in_process = trained_model(pixels.astype(np.float32), training=False).numpy().argmax(1)
+    served = _signature(exported_model)(**{INPUT_NAME: tf.constant(jpegs)})[OUTPUT_NAME].numpy()
+    # TF's and Pillow's libjpeg builds may round a pixel differently: allow 1 image in 500.
+    assert abs(np.mean(served.argmax(1) == labels) - np.mean(in_process == labels)) <= 1 / 500
+
+
+def test_colour_and_resized_inputs_are_accepted(exported_model, test_slice):
+    images, _ = test_slice
+    grey = images[0, :, :, 0]
+    big_rgb = np.stack([np.kron(grey, np.ones((3, 3), np.uint8))] * 3, axis=-1)
+    bufs = []
+    for arr, fmt in ((big_rgb, "PNG"), (big_rgb, "JPEG"), (grey, "PNG")):
+        b = io.BytesIO()
+        Image.fromarray(arr).save(b, format=fmt)
+        bufs.append(b.getvalue())
+    probs = _signature(exported_model)(**{INPUT_NAME: tf.constant(bufs)})[OUTPUT_NAME].numpy()
+    assert probs.shape == (3, 10)
+    assert len(set(probs.argmax(1))) == 1, "same garment in colour/large/grey -> same class"
+
+
+def test_non_image_bytes_fail_with_invalid_argument(exported_model):
+    with pytest.raises(tf.errors.InvalidArgumentError):
+        _signature(exported_model)(**{INPUT_NAME: tf.constant([b"definitely not an image"])})

@@ -1,0 +1,130 @@
+"""Model selection: the best of known candidates, corrupt ones skipped, atomic publishing."""
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from training import select as selection
+from training.export import INPUT_NAME, OUTPUT_NAME, SIGNATURE_KEY
+
+N = 300
+
+
+def export_constant_classifier(path: Path, cls: int) -> None:
+    """A SavedModel with the serving signature that always answers ``cls`` (p=0.91)."""
+
+    class Const(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name=INPUT_NAME)])
+        def serve(self, image_bytes):
+            n = tf.shape(image_bytes)[0]
+            probs = tf.one_hot(tf.fill([n], cls), 10, on_value=0.91, off_value=0.01)
+            return {OUTPUT_NAME: probs}
+
+    m = Const()
+    tf.saved_model.save(m, str(path), signatures={SIGNATURE_KEY: m.serve})
+
+
+@pytest.fixture()
+def candidates(tmp_path, test_slice, exported_model):
+    """cnn = a trained model; dropout/batch_norm = constant classifiers with known accuracy."""
+    _, labels = test_slice
+    labels = labels[:N]
+    counts = np.bincount(labels, minlength=10)
+    common, rare = int(np.argmax(counts)), int(np.argmin(counts))
+    root = tmp_path / "candidates"
+    shutil.copytree(exported_model, root / "cnn")
+    export_constant_classifier(root / "dropout", common)
+    export_constant_classifier(root / "batch_norm", rare)
+    known = {"dropout": counts[common] / N, "batch_norm": counts[rare] / N}
+    return root, known
+
+
+def run(tmp_path, root, *extra):
+    argv = [
+        "--candidates-dir", str(root),
+        "--serving-base-path", str(tmp_path / "models" / "fashion-mnist"),
+        "--report", str(tmp_path / "reports" / "selection.json"),
+        "--test-examples", str(N),
+        *extra,
+    ]  # fmt: skip
+    return selection.main(selection.build_parser().parse_args(argv))
+
+
+def test_picks_the_best_and_reports_every_candidate(tmp_path, candidates):
+    root, known = candidates
+    report = run(tmp_path, root)
+    c = report["candidates"]
+    for name, acc in known.items():
+        assert c[name]["accuracy"] == pytest.approx(acc)
+    assert c["cnn"]["accuracy"] > max(known.values())
+    assert report["chosen_model"] == "cnn"
+    assert report["version"] == 1 and report["published"]
+    assert (tmp_path / "models/fashion-mnist/1/saved_model.pb").is_file()
+    on_disk = json.loads((tmp_path / "reports/selection.json").read_text())
+    assert on_disk["chosen_model"] == "cnn" and on_disk["candidates"]["dropout"]["loss"] > 0
+
+
+def test_next_run_publishes_the_next_integer_version(tmp_path, candidates):
+    root, _ = candidates
+    base = tmp_path / "models" / "fashion-mnist"
+    (base / ".staging-7-deadbeef").mkdir(parents=True)  # leftovers are not versions
+    (base / "notes").mkdir()
+    assert run(tmp_path, root)["version"] == 1
+    assert run(tmp_path, root)["version"] == 2
+    assert sorted(p.name for p in base.iterdir() if p.name.isdigit()) == ["1", "2"]
+
+
+def test_corrupt_and_missing_candidates_are_reported_and_skipped(tmp_path, candidates):
+    root, known = candidates
+    (root / "cnn" / "saved_model.pb").write_bytes(b"\x00garbage")
+    shutil.rmtree(root / "batch_norm")
+    report = run(tmp_path, root)
+    assert report["candidates"]["cnn"]["status"] == "invalid"
+    assert report["candidates"]["batch_norm"]["status"] == "invalid"
+    assert "no saved_model.pb" in report["candidates"]["batch_norm"]["error"]
+    assert report["chosen_model"] == "dropout"
+    assert report["candidates"]["dropout"]["accuracy"] == pytest.approx(known["dropout"])
+
+
+def test_no_valid_candidate_publishes_nothing_and_exits_1(tmp_path):
+    root = tmp_path / "candidates"
+    (root / "cnn").mkdir(parents=True)
+    (root / "cnn" / "saved_model.pb").write_bytes(b"junk")
+    argv = [
+        "--candidates-dir", str(root),
+        "--serving-base-path", str(tmp_path / "models"),
+        "--report", str(tmp_path / "selection.json"),
+        "--test-examples", "50",
+    ]  # fmt: skip
+    assert selection.cli(argv) == 1
+    assert not (tmp_path / "models").exists() or not any((tmp_path / "models").iterdir())
+    report = json.loads((tmp_path / "selection.json").read_text())
+    assert report["published"] is False and "no valid candidate" in report["error"]
+
+
+def test_min_accuracy_gate(tmp_path, candidates):
+    root, _ = candidates
+    with pytest.raises(selection.SelectionError, match="min-accuracy"):
+        run(tmp_path, root, "--min-accuracy", "0.999")
+    assert not (tmp_path / "models/fashion-mnist/1").exists()
+
+
+def test_crash_while_copying_leaves_no_loadable_version(tmp_path, candidates, monkeypatch):
+    root, _ = candidates
+    real_copytree = shutil.copytree
+
+    def copy_then_crash(src, dst, *a, **kw):
+        real_copytree(src, dst, *a, **kw)  # everything is written to the staging dir...
+        raise OSError("disk full")  # ...and then the copy fails
+
+    monkeypatch.setattr(selection.shutil, "copytree", copy_then_crash)
+    with pytest.raises(OSError, match="disk full"):
+        run(tmp_path, root)
+    base = tmp_path / "models" / "fashion-mnist"
+    assert [p.name for p in base.iterdir()] == [], "no version dir and no staging dir left"
+    monkeypatch.undo()
+    assert run(tmp_path, root)["version"] == 1
