@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Apply one overlay of the ML layer (server-side, so the pipeline's serve step and this apply
+# can share the InferenceService).
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+if wants_help "${1:-}" || [[ $# -ne 1 ]]; then
+  cat <<USAGE
+usage: scripts/deploy.sh <overlay>      overlay: local-k3d | gpu-cloud
+Renders overlays/<overlay> with kustomize and applies it server-side; idempotent.
+USAGE
+  wants_help "${1:-}" && exit 0
+  exit 2
+fi
+OVERLAY="${REPO_ROOT}/overlays/$1"
+[[ -f "${OVERLAY}/kustomization.yaml" ]] || die "no overlay $1 (${OVERLAY})"
+"${KUBECTL}" apply --server-side --field-manager=fashion-mnist-deploy -k "${OVERLAY}"
+"${KUBECTL}" -n "${NAMESPACE}" get workflowtemplate,inferenceservice,ksvc,pvc
