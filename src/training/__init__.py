@@ -11,3 +11,11 @@ import os
 # tensorflow-datasets and TensorFlow pick Keras 2 when this is set; must happen before
 # TensorFlow is imported anywhere in the process.
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+
+
+def configure_logging() -> None:
+    """INFO for this project's loggers; WARNING for TensorFlow/absl (per-step INFO chatter)."""
+    import logging
+
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
+    logging.getLogger("training").setLevel(logging.INFO)

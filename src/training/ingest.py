@@ -92,7 +92,7 @@ def main(args: argparse.Namespace) -> dict:
 
 def cli(argv: list[str] | None = None) -> int:
     """Console entry point (``fmnist-ingest``); exit 1 with a message on failure."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    training.configure_logging()
     try:
         main(build_parser().parse_args(argv))
     except IngestError as exc:

@@ -33,7 +33,7 @@ def _conv(keras, filters: int, batch_norm: bool, name: str):
         return [layers.Conv2D(filters, 3, padding="same", activation="relu", name=name)]
     return [
         layers.Conv2D(filters, 3, padding="same", use_bias=False, name=name),
-        layers.BatchNormalization(name=f"{name}_bn"),
+        layers.BatchNormalization(momentum=0.9, name=f"{name}_bn"),
         layers.ReLU(name=f"{name}_relu"),
     ]
 
@@ -73,7 +73,7 @@ def build_model(model_type: str, seed: int | None = None):
     if bn:
         stack += [
             layers.Dense(128, use_bias=False, name="dense"),
-            layers.BatchNormalization(name="dense_bn"),
+            layers.BatchNormalization(momentum=0.9, name="dense_bn"),
             layers.ReLU(name="dense_relu"),
         ]
     else:

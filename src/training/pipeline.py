@@ -260,7 +260,7 @@ def main(args: argparse.Namespace) -> dict:
 
 def cli(argv: list[str] | None = None) -> int:
     """Console entry point (``fmnist-pipeline``); exit 1 with a message when a stage fails."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    training.configure_logging()
     from training.ingest import IngestError
     from training.launcher import LaunchError
     from training.select import SelectionError

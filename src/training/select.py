@@ -224,7 +224,7 @@ def main(args: argparse.Namespace) -> dict:
 
 def cli(argv: list[str] | None = None) -> int:
     """Console entry point (``fmnist-select``); exit 1 when nothing is published."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    training.configure_logging()
     try:
         main(build_parser().parse_args(argv))
     except SelectionError as exc:

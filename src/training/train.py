@@ -331,7 +331,7 @@ def main(args: argparse.Namespace) -> dict:
 
 def cli(argv: list[str] | None = None) -> int:
     """Console entry point (``fmnist-train``)."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    training.configure_logging()
     args = build_parser().parse_args(argv)
     main(args)
     return 0
