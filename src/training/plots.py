@@ -25,6 +25,7 @@ def plot_training_curves(histories: dict[str, dict], out_png: str | Path) -> Pat
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     if not histories:
         raise ValueError("no training histories to plot")
@@ -41,6 +42,7 @@ def plot_training_curves(histories: dict[str, dict], out_png: str | Path) -> Pat
     ax_loss.set(title="Loss per epoch", xlabel="epoch", ylabel="cross-entropy (nats)")
     ax_acc.set(title="Accuracy per epoch", xlabel="epoch", ylabel="accuracy")
     for ax in (ax_loss, ax_acc):
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
     fig.suptitle("Fashion-MNIST: the three variants (solid: train, dashed: test split)")

@@ -12,18 +12,19 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
-
+from validation import upstream, yamlio
 from validation.config import (
     KUSTOMIZATION_NAMES,
     MANIFEST_DIRS,
     Remote,
     kubectl_path,
 )
+from validation.yamlio import LOADER  # noqa: F401 - re-exported
 
 ORIGIN = "config.kubernetes.io/origin"
 MIRROR_PREFIX = "_mirror_"
-LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+# Keys of a kustomization that only wraps one local kustomization (renders exactly like it).
+WRAPPER_KEYS = {"apiVersion", "kind", "resources", "buildMetadata"}
 
 
 @dataclass
@@ -70,7 +71,7 @@ class RenderError(RuntimeError):
 def _load_kustomization(d: Path) -> tuple[Path, dict]:
     for name in KUSTOMIZATION_NAMES:
         if (d / name).is_file():
-            return d / name, yaml.load((d / name).read_text(), Loader=LOADER) or {}
+            return d / name, yamlio.load((d / name).read_text()) or {}
     raise FileNotFoundError(d)
 
 
@@ -107,7 +108,7 @@ def prepare_tree(root: Path, dest: Path, remotes: list[Remote], mirror_dir: Path
                         shutil.copyfile(src, target)
                         new.append(target.name)
                     k["resources"] = new
-                kfile.write_text(yaml.safe_dump(k, sort_keys=False))
+                kfile.write_text(yamlio.dump(k))
 
 
 def _closure(d: Path, seen: set[Path]) -> None:
