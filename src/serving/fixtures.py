@@ -1,0 +1,56 @@
+"""Small real models for tests and benchmarks (needs the training package and TensorFlow).
+
+:func:`export_small_model` builds a ``training.models`` model, fits it briefly on a slice of the
+real Fashion-MNIST training split (``$TFDS_DATA_DIR``) and exports it with
+``training.export.export_saved_model`` as ``<base>/<version>/``, the layout that selection
+publishes and TF Serving / :mod:`serving.model` read.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def export_small_model(
+    base_path: str | Path,
+    version: int = 1,
+    model_type: str = "cnn",
+    train_examples: int = 2048,
+    epochs: int = 1,
+    seed: int = 0,
+) -> Path:
+    """Train ``model_type`` briefly and export it to ``<base_path>/<version>/``.
+
+    Args:
+        base_path: serving base path (created if missing).
+        version: integer version directory to write (must not exist).
+        model_type: ``cnn``, ``dropout`` or ``batch_norm``.
+        train_examples: first N training examples used (0: no training, random weights).
+        epochs: passes over those examples (batch size 64).
+        seed: weight initialisation seed.
+
+    Returns:
+        The version directory (holding ``saved_model.pb``).
+
+    Raises:
+        FileNotFoundError: the dataset is not prepared under ``$TFDS_DATA_DIR``.
+    """
+    import training  # noqa: F401  (selects tf-keras)
+    from training.data import load_numpy
+    from training.export import export_saved_model
+    from training.models import build_model
+
+    model = build_model(model_type, seed=seed)
+    if train_examples:
+        import tf_keras as keras
+
+        images, labels = load_numpy("train", limit=train_examples)
+        model.compile(
+            optimizer=keras.optimizers.Adam(1e-3),
+            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        )
+        model.fit(images.astype("float32"), labels, batch_size=64, epochs=epochs, verbose=0)
+    target = Path(base_path) / str(int(version))
+    target.parent.mkdir(parents=True, exist_ok=True)
+    export_saved_model(model, target)
+    return target
