@@ -1,0 +1,225 @@
+"""Model server benchmark: HTTP requests/s and p50/p99 latency of one-image V1 predict requests at
+concurrency 1, 5 and 16, next to the in-process throughput of the same SavedModel signature
+called directly with one image (the ceiling).
+
+    python bench/serve_bench.py [--model-base-path work/models/fashion-mnist] [--duration 8]
+
+Load comes from ``hey`` when installed (else a small asyncio/httpx client), on loopback only.
+Writes ``bench/results/serve_bench.json`` and ``bench/results/serve_bench.md``.
+Not a timed test: run it on an otherwise idle machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "bench" / "results"
+
+
+def percentile(values: list[float], q: float) -> float:
+    """``q``-quantile (0..1) by nearest rank of ``values`` (seconds in, seconds out)."""
+    s = sorted(values)
+    return s[min(len(s) - 1, max(0, round(q * (len(s) - 1))))]
+
+
+def in_process(version_dir: Path, image: bytes, seconds: float) -> dict:
+    """Call ``serving_default`` with one image back to back for ``seconds``.
+
+    Returns:
+        ``{"img_per_s", "p50_ms", "p99_ms", "calls"}``.
+    """
+    import tensorflow as tf
+
+    fn = tf.saved_model.load(str(version_dir)).signatures["serving_default"]
+    x = tf.constant([image])
+    for _ in range(20):
+        fn(image_bytes=x)["probabilities"].numpy()
+    lat = []
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        t = time.perf_counter()
+        fn(image_bytes=x)["probabilities"].numpy()
+        lat.append(time.perf_counter() - t)
+    total = sum(lat)
+    return {
+        "img_per_s": len(lat) / total,
+        "p50_ms": percentile(lat, 0.5) * 1e3,
+        "p99_ms": percentile(lat, 0.99) * 1e3,
+        "calls": len(lat),
+    }
+
+
+def run_hey(url: str, payload: Path, concurrency: int, seconds: float) -> dict:
+    """``hey -z <seconds>s -c <concurrency>`` and its parsed summary."""
+    out = subprocess.run(
+        ["hey", "-z", f"{seconds}s", "-c", str(concurrency), "-m", "POST",
+         "-T", "application/json", "-D", str(payload), url],
+        capture_output=True, text=True, timeout=seconds + 60, check=True,
+    ).stdout  # fmt: skip
+
+    def grab(pattern):
+        m = re.search(pattern, out)
+        return float(m.group(1)) if m else float("nan")
+
+    codes = {int(c): int(n) for c, n in re.findall(r"\[(\d{3})\]\s+(\d+) responses", out)}
+    return {
+        "req_per_s": grab(r"Requests/sec:\s+([\d.]+)"),
+        "p50_ms": grab(r"50%+ in ([\d.]+) secs") * 1e3,
+        "p99_ms": grab(r"99%+ in ([\d.]+) secs") * 1e3,
+        "status_codes": codes,
+        "tool": "hey",
+    }
+
+
+def run_httpx(url: str, body: bytes, concurrency: int, seconds: float) -> dict:
+    """Closed-loop asyncio/httpx client: ``concurrency`` workers posting back to back."""
+    import httpx
+
+    async def main():
+        lat, codes = [], {}
+        end = time.perf_counter() + seconds
+        limits = httpx.Limits(max_connections=concurrency)
+        headers = {"content-type": "application/json"}
+        async with httpx.AsyncClient(limits=limits, timeout=30) as client:
+
+            async def worker():
+                while time.perf_counter() < end:
+                    t = time.perf_counter()
+                    r = await client.post(url, content=body, headers=headers)
+                    lat.append(time.perf_counter() - t)
+                    codes[r.status_code] = codes.get(r.status_code, 0) + 1
+
+            t0 = time.perf_counter()
+            await asyncio.gather(*[worker() for _ in range(concurrency)])
+            return lat, codes, time.perf_counter() - t0
+
+    lat, codes, wall = asyncio.run(main())
+    return {
+        "req_per_s": len(lat) / wall,
+        "p50_ms": percentile(lat, 0.5) * 1e3,
+        "p99_ms": percentile(lat, 0.99) * 1e3,
+        "status_codes": codes,
+        "tool": "httpx",
+    }
+
+
+def ensure_model(base: Path | None) -> tuple[Path, Path]:
+    """``(base, version dir)``: the given/published model, else a freshly exported small one."""
+    sys.path.insert(0, str(ROOT / "src"))
+    from serving.model import ModelVersionNotFoundError, find_latest_version
+
+    if base is not None:
+        try:
+            return base, find_latest_version(base)[1]
+        except ModelVersionNotFoundError:
+            print(f"no model under {base}; exporting a small one", file=sys.stderr)
+    from serving.fixtures import export_small_model
+
+    tmp = Path(tempfile.mkdtemp(prefix="serve-bench-")) / "fashion-mnist"
+    export_small_model(tmp, 1, train_examples=2048)
+    return tmp, tmp / "1"
+
+
+def write_results(result: dict) -> None:
+    """``bench/results/serve_bench.json`` and the markdown table ``serve_bench.md``."""
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "serve_bench.json").write_text(json.dumps(result, indent=2))
+    ip = result["in_process"]
+    lines = [
+        f"Model server benchmark ({result['date']}, {result['machine']}, load: "
+        f"{result['http'][0]['tool']}, {result['duration_s']} s per level, one 28x28 JPEG per "
+        "request, loopback)",
+        "",
+        "| mode | concurrency | req/s (img/s) | p50 ms | p99 ms | % of in-process | non-200 |",
+        "|---|---|---|---|---|---|---|",
+        f"| in-process `serving_default`, 1 image/call | 1 | {ip['img_per_s']:.0f} | "
+        f"{ip['p50_ms']:.2f} | {ip['p99_ms']:.2f} | 100% | - |",
+    ]
+    for h in result["http"]:
+        bad = sum(n for c, n in h["status_codes"].items() if int(c) != 200)
+        lines.append(
+            f"| HTTP V1 predict | {h['concurrency']} | {h['req_per_s']:.0f} | {h['p50_ms']:.1f} | "
+            f"{h['p99_ms']:.1f} | {100 * h['req_per_s'] / ip['img_per_s']:.0f}% | {bad} |"
+        )
+    c5 = next(h for h in result["http"] if h["concurrency"] == 5)
+    ratio = c5["req_per_s"] / ip["img_per_s"]
+    lines += [
+        "",
+        f"Target at concurrency 5: >= 60% of in-process and p99 <= 50 ms -> "
+        f"{100 * ratio:.0f}% and {c5['p99_ms']:.1f} ms: "
+        f"{'met' if ratio >= 0.6 and c5['p99_ms'] <= 50 else 'NOT met'}.",
+        f"Server options: `{' '.join(result['server_args']) or '(defaults)'}`; micro-batch sizes "
+        "seen are not exported by the server, see README for the design.",
+    ]
+    (RESULTS / "serve_bench.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+def main() -> int:
+    """Run the benchmark; returns 0."""
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--model-base-path", type=Path, default=ROOT / "work/models/fashion-mnist")
+    p.add_argument("--duration", type=float, default=8.0, help="seconds per measurement")
+    p.add_argument("--concurrency", type=int, nargs="+", default=[1, 5, 16])
+    p.add_argument("--server-arg", action="append", default=[], help="extra serving.server arg")
+    args = p.parse_args()
+
+    base, version_dir = ensure_model(args.model_base_path)
+    from serving.launch import LocalServer
+    from training.data import encode_images, load_numpy
+
+    images, _ = load_numpy("test", limit=1)
+    jpeg = encode_images(images, "jpeg")[0]
+    sys.path.insert(0, str(ROOT))
+    from loadtest.payload import predict_body
+
+    body = json.dumps(predict_body([jpeg])).encode()
+    payload = Path(tempfile.mkdtemp(prefix="serve-bench-")) / "input.json"
+    payload.write_bytes(body)
+
+    http = []
+    with LocalServer(base, extra_args=args.server_arg) as server:
+        for c in args.concurrency:
+            if shutil.which("hey"):
+                r = run_hey(server.predict_url, payload, c, args.duration)
+            else:
+                r = run_httpx(server.predict_url, body, c, args.duration)
+            r["concurrency"] = c
+            http.append(r)
+            print(f"c={c}: {r['req_per_s']:.0f} req/s p50 {r['p50_ms']:.1f} ms "
+                  f"p99 {r['p99_ms']:.1f} ms {r['status_codes']}", flush=True)  # fmt: skip
+    # in-process after the server stopped, so both get the machine to themselves
+    ip = in_process(version_dir, jpeg, args.duration)
+    print(f"in-process: {ip['img_per_s']:.0f} img/s", flush=True)
+    write_results(
+        {
+            "date": time.strftime("%Y-%m-%d"),
+            "machine": f"{os.cpu_count()} CPUs, {platform.machine()}, Python "
+            f"{platform.python_version()}",
+            "duration_s": args.duration,
+            "model": str(version_dir),
+            "server_args": args.server_arg,
+            "in_process": ip,
+            "http": http,
+            "median_http_p50_ms": statistics.median(h["p50_ms"] for h in http),
+        }
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
