@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import importlib
+import multiprocessing
 import os
 import sys
 import tempfile
@@ -12,13 +15,15 @@ from pathlib import Path
 from validation import consistency, policy, schemas
 from validation.config import (
     CRDS_CATALOG_URL,
+    KUSTOMIZATION_NAMES,
     discover_kustomizations,
     find_repo_root,
     parse_versions_env,
     remote_refs,
 )
-from validation.render import Obj, prepare_tree, render_all
+from validation.render import Obj, prepare_tree, render_all, wrapped
 from validation.report import Finding, dedupe
+from validation.upstream import process_pool
 from validation.workflows import WORKFLOW_KINDS, embedded_manifests, workflow_spec
 
 
@@ -69,6 +74,57 @@ def check_kustomization(
     return findings
 
 
+# What forked check workers read (set before the pool forks: inherited, never pickled).
+_CHECK_INPUT: dict = {}
+
+
+def pipeline_kustomization(tree: Path, kust: str) -> str | None:
+    """The nearest kustomization above ``kust`` (overlays/x/training -> overlays/x)."""
+    parts = kust.split("/")[:-1]
+    while parts:
+        candidate = "/".join(parts)
+        if any((tree / candidate / n).is_file() for n in KUSTOMIZATION_NAMES):
+            return candidate
+        parts.pop()
+    return None
+
+
+def _check_job(k: str) -> list[Finding]:
+    objs, k8s_version, schema_location, model_types = _CHECK_INPUT[k]
+    return check_kustomization(objs, k8s_version, schema_location, model_types)
+
+
+def check_all(
+    rendered: dict[str, list[Obj]],
+    k8s_version: str,
+    schema_location: str | None,
+    model_types,
+    workers: int | None = None,
+) -> list[Finding]:
+    """check_kustomization of each kustomization, in forked processes when there are several."""
+    n = min(len(rendered), workers or os.cpu_count() or 1)
+    if n <= 1 or "fork" not in multiprocessing.get_all_start_methods():
+        out = []
+        for objs in rendered.values():
+            out.extend(check_kustomization(objs, k8s_version, schema_location, model_types))
+        return out
+    for m in ("training.train", "training.select", "training.ingest"):
+        # imported once here rather than in every worker (failures are reported by the checks)
+        with contextlib.suppress(Exception):
+            importlib.import_module(m)
+    _CHECK_INPUT.clear()
+    for k, objs in rendered.items():
+        _CHECK_INPUT[k] = (objs, k8s_version, schema_location, model_types)
+    # biggest first, so the longest job does not start last
+    order = sorted(rendered, key=lambda k: len(rendered[k]), reverse=True)
+    try:
+        with process_pool(n) as pool:
+            results = dict(zip(order, pool.map(_check_job, order), strict=True))
+    finally:
+        _CHECK_INPUT.clear()
+    return [f for k in rendered for f in results[k]]
+
+
 def run(
     root: Path,
     kustomizations: list[str] | None = None,
@@ -76,8 +132,15 @@ def run(
     schema_location: str | None = None,
     cache_dir: Path | None = None,
     check_versions: bool = True,
+    timings: dict[str, float] | None = None,
 ) -> tuple[list[Finding], dict[str, list[Obj]]]:
-    """Render and check; returns (findings, rendered objects by kustomization)."""
+    """Render and check; returns (findings, rendered objects by kustomization).
+
+    A wrapper kustomization (see :func:`validation.render.wrapped`) is checked once with what
+    it wraps: the objects and source files are the same.
+    """
+    timings = timings if timings is not None else {}
+    t0 = time.perf_counter()
     versions = parse_versions_env(root / "versions.env")
     remotes = remote_refs(versions)
     kusts = kustomizations or discover_kustomizations(root)
@@ -92,18 +155,44 @@ def run(
     with tempfile.TemporaryDirectory(prefix="validation-") as tmp:
         tree = Path(tmp)
         prepare_tree(root, tree, remotes, mirror_dir)
-        rendered, errors = render_all(tree, kusts, remotes, cache_dir)
+        timings["prepare"] = time.perf_counter() - t0
+        rendered, errors = render_all(tree, kusts, remotes, cache_dir, timings=timings)
+        groups: dict[str, str] = {}
+        for k in kusts:
+            groups.setdefault(wrapped(tree, k), k)
+        to_check = {k: rendered[k] for k in groups.values() if k in rendered}
+        # standalone TFJobs are compared with the pipeline of the kustomization above them
+        partners = {
+            k: pipeline_kustomization(tree, k)
+            for k, objs in to_check.items()
+            if consistency.standalone_tfjobs(objs)
+        }
+        extra = sorted({p for p in partners.values() if p and p not in rendered})
+        more, more_errors = render_all(tree, extra, remotes, cache_dir) if extra else ({}, {})
     for k, err in errors.items():
         findings.append(Finding("render", err, kustomization=k))
-    for k in kusts:
-        if k in rendered:
-            findings.extend(
-                check_kustomization(
-                    rendered[k], versions["KUBERNETES_VERSION"], schema_location, MODEL_TYPES
+    t1 = time.perf_counter()
+    findings.extend(
+        check_all(to_check, versions["KUBERNETES_VERSION"], schema_location, MODEL_TYPES)
+    )
+    for k, partner in partners.items():
+        standalone = consistency.standalone_tfjobs(to_check[k])
+        pipeline_objs = rendered.get(partner) or more.get(partner) if partner else None
+        if pipeline_objs is None:
+            why = more_errors.get(partner, "") if partner else ""
+            findings.append(
+                Finding(
+                    consistency.STANDALONE_CHECK,
+                    "no pipeline kustomization above to compare the standalone TFJobs with"
+                    + (f": {partner} does not render ({why})" if partner else ""),
+                    kustomization=k,
                 )
             )
+            continue
+        findings.extend(consistency.check_standalone_tfjobs(standalone, expand(pipeline_objs)[0]))
     if check_versions:
         findings.extend(consistency.version_findings(root, versions, remotes))
+    timings["checks"] = time.perf_counter() - t1
     return dedupe(findings), rendered
 
 
@@ -114,7 +203,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("kustomizations", nargs="*", help="only these (repo-relative dirs)")
     p.add_argument("--no-cache", action="store_true", help="always re-render")
     p.add_argument("-q", "--quiet", action="store_true", help="no warnings in the report")
+    p.add_argument("--timing", action="store_true", help="print seconds per phase")
     args = p.parse_args(argv)
+    timings: dict[str, float] = {}
     t0 = time.perf_counter()
     root = args.root.resolve() if args.root else find_repo_root()
     mirror = os.environ.get("UPSTREAM_MIRROR_DIR")
@@ -125,6 +216,7 @@ def main(argv: list[str] | None = None) -> int:
         Path(mirror).resolve() if mirror else None,
         str(Path(schema_dir).resolve()) if schema_dir else CRDS_CATALOG_URL,
         None if args.no_cache else default_cache_dir(),
+        timings=timings,
     )
     errors = [f for f in findings if f.severity == "error"]
     warnings = [f for f in findings if f.severity != "error"]
@@ -144,6 +236,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  FAIL {f.format()}")
     else:
         print("\nall checks passed")
+    if args.timing:
+        print("timing: " + ", ".join(f"{k} {v:.2f}s" for k, v in timings.items()))
     print(f"total time {time.perf_counter() - t0:.2f}s")
     return 1 if errors else 0
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import copy
 import importlib
 import io
 import posixpath
@@ -483,4 +484,117 @@ def version_findings(root: Path, versions: dict[str, str], remotes: list[Remote]
                             msg = "message-dumper image != MESSAGE_DUMPER_IMAGE"
                         if msg:
                             out.append(Finding("versions", msg, rel, field=f"line {n}"))
+    return out
+
+
+STANDALONE_CHECK = "standalone-tfjob"
+# Pod-template labels that only the pipeline's TFJobs carry (per run), not compared.
+RUN_LABELS = ("workflows.argoproj.io/workflow",)
+
+
+def standalone_tfjobs(objs: list[Obj]) -> list[Obj]:
+    """Our TFJobs that are objects of their own (not created by a Workflow step)."""
+    return [o for o in objs if o.kind == "TFJob" and not o.embedded_in and not o.upstream]
+
+
+def _train_model_type(o: Obj) -> str | None:
+    for pt in pod_templates(o):
+        for c, _ in pt.containers:
+            cmd = python_command(c)
+            if cmd and cmd[0] == "training.train":
+                args = cmd[1]
+                for i, a in enumerate(args):
+                    if a == "--model-type" and i + 1 < len(args):
+                        return args[i + 1]
+                    if a.startswith("--model-type="):
+                        return a.split("=", 1)[1]
+    return None
+
+
+def _without_run_id(args: list) -> list:
+    out, skip = [], False
+    for a in args:
+        if skip:
+            skip = False
+        elif a == "--run-id":
+            skip = True
+        elif not str(a).startswith("--run-id="):
+            out.append(a)
+    return out
+
+
+def _normalized_tfjob_spec(o: Obj) -> dict:
+    """The TFJob spec without what differs per run: --run-id and the pipeline's run label."""
+    spec = copy.deepcopy(o.doc.get("spec") or {})
+    for rspec in (spec.get("tfReplicaSpecs") or {}).values():
+        tpl = (rspec or {}).get("template") or {}
+        labels = (tpl.get("metadata") or {}).get("labels")
+        if isinstance(labels, dict):
+            for k in RUN_LABELS:
+                labels.pop(k, None)
+        for key in ("initContainers", "containers"):
+            for c in (tpl.get("spec") or {}).get(key) or []:
+                if isinstance(c.get("args"), list):
+                    c["args"] = _without_run_id(c["args"])
+    return spec
+
+
+def _diff(a, b, path: str = "spec") -> list[tuple[str, object, object]]:
+    """Differing fields (lists of scalars, such as args, compare as one field)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        out = []
+        for k in list(a) + [k for k in b if k not in a]:
+            out += _diff(a.get(k, "<missing>"), b.get(k, "<missing>"), f"{path}.{k}")
+        return out
+    nested = any(isinstance(x, dict | list) for x in (a if isinstance(a, list) else []))
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b) and nested:
+        out = []
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            out += _diff(x, y, f"{path}[{i}]")
+        return out
+    return [] if a == b else [(path, a, b)]
+
+
+def check_standalone_tfjobs(standalone: list[Obj], pipeline_objs: list[Obj]) -> list[Finding]:
+    """Standalone TFJobs train exactly like the pipeline's TFJob of the same model type.
+
+    ``pipeline_objs``: the expanded objects of the same environment's pipeline kustomization
+    (its WorkflowTemplate's TFJobs after parameter substitution). The whole TFJob spec is
+    compared (container command/args, image, resources, security context, volumes, replicas,
+    placement, run policy), except ``--run-id`` and the pipeline's per-run pod label.
+    """
+    out = []
+    pipeline = {}
+    for e in pipeline_objs:
+        if e.kind == "TFJob" and e.embedded_in:
+            pipeline.setdefault((e.namespace, _train_model_type(e)), e)
+    for o in standalone:
+        mt = _train_model_type(o)
+        ref = pipeline.get((o.namespace, mt))
+        if mt is None:
+            out.append(_finding(STANDALONE_CHECK, o, "spec", "runs no python -m training.train"))
+            continue
+        if ref is None:
+            have = sorted(str(k[1]) for k in pipeline)
+            out.append(
+                _finding(
+                    STANDALONE_CHECK,
+                    o,
+                    "spec",
+                    f"no TFJob of the pipeline trains --model-type {mt} in namespace "
+                    f"{o.namespace} (pipeline model types: {have or 'none'})",
+                )
+            )
+            continue
+        for path, mine, theirs in _diff(_normalized_tfjob_spec(o), _normalized_tfjob_spec(ref)):
+            out.append(
+                _finding(
+                    STANDALONE_CHECK,
+                    o,
+                    path,
+                    f"{mine!r} != {theirs!r} in the pipeline's TFJob for --model-type {mt} "
+                    f"({ref.source} {ref.embedded_in}, rendered by {ref.kustomization}; "
+                    "--run-id ignored)",
+                )
+            )
     return out

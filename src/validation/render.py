@@ -8,6 +8,8 @@ import os
 import posixpath
 import shutil
 import subprocess
+import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -138,14 +140,7 @@ def _closure(d: Path, seen: set[Path]) -> None:
 
 def cache_key(kdir: Path, kubectl_version: str) -> str:
     """Content hash of everything a kustomization's output depends on."""
-    seen: set[Path] = set()
-    _closure(kdir, seen)
-    files: set[Path] = set()
-    for p in seen:
-        if p.is_dir():
-            files.update(f for f in p.rglob("*") if f.is_file())
-        else:
-            files.add(p)
+    files = closure_files(kdir)
     h = hashlib.sha256(kubectl_version.encode())
     base = kdir.resolve()
     for f in sorted(files):
@@ -162,18 +157,26 @@ def kubectl_version(kubectl: str) -> str:
 
 
 def render_one(
-    tree: Path, kust: str, kubectl: str, cache_dir: Path | None, kver: str
+    tree: Path,
+    kust: str,
+    kubectl: str,
+    cache_dir: Path | None,
+    kver: str,
+    schemas: dict[str, dict] | None = None,
+    key: str | None = None,
 ) -> list[dict]:
-    """Render one kustomization of the prepared tree into parsed documents (cached by content)."""
+    """Render one kustomization of the prepared tree into parsed documents (cached by content).
+
+    ``schemas``: the CRD schemas stubbed out of mirror files (:mod:`validation.upstream`),
+    spliced back into the output. ``key``: the cache key, when computed before stubbing.
+    """
     kdir = tree / kust
     cached = None
     if cache_dir is not None:
-        cached = cache_dir / f"{cache_key(kdir, kver)}.json"
-        if cached.is_file():
-            try:
-                return json.loads(cached.read_text())
-            except ValueError:
-                pass
+        cached = cache_dir / f"{key or cache_key(kdir, kver)}.json"
+        docs = load_cached(cached)
+        if docs is not None:
+            return docs
     proc = subprocess.run(
         [kubectl, "kustomize", str(kdir)], capture_output=True, text=True, check=False
     )
@@ -184,14 +187,68 @@ def render_one(
                 " (remote base not reachable: set UPSTREAM_MIRROR_DIR=<shared>/upstream, e.g."
                 " MIRROR_DIR=../shared make validate)"
             )
+        elif schemas and upstream.STUB_PREFIX in proc.stderr + proc.stdout:
+            hint = " (upstream CRD schemas are pinned, not patched)"
         raise RenderError(f"kubectl kustomize {kust} failed{hint}: {proc.stderr.strip()}")
-    docs = [d for d in yaml.load_all(proc.stdout, Loader=LOADER) if d]
+    docs = yamlio.load_all(proc.stdout)
+    try:
+        upstream.splice(docs, schemas or {})
+    except upstream.StubError as e:
+        raise RenderError(f"kubectl kustomize {kust}: {e}") from None
     if cached is not None:
         cached.parent.mkdir(parents=True, exist_ok=True)
-        tmp = cached.with_suffix(f".{os.getpid()}.tmp")
+        tmp = cached.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
         tmp.write_text(json.dumps(docs))
         tmp.replace(cached)
     return docs
+
+
+def load_cached(path: Path) -> list[dict] | None:
+    """A cached rendering, or None (absent or unreadable)."""
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def wrapped(tree: Path, kust: str) -> str:
+    """The kustomization ``kust`` renders exactly like: itself, or the one local dir it wraps.
+
+    A kustomization with nothing but ``resources: [<one local kustomization dir>]`` (e.g.
+    ``argocd`` -> ``argocd/install``, ``argocd/apps/local-k3d`` -> ``argocd/apps/common``)
+    yields the same objects from the same source files; it is rendered and checked once.
+    """
+    seen = {kust}
+    while True:
+        try:
+            _, k = _load_kustomization(tree / kust)
+        except (FileNotFoundError, yamlio.YAMLError):
+            return kust
+        res = k.get("resources") or []
+        if set(k) - WRAPPER_KEYS or len(res) != 1 or not isinstance(res[0], str):
+            return kust
+        target = posixpath.normpath(posixpath.join(kust, res[0]))
+        if target.startswith("..") or "://" in res[0] or target in seen:
+            return kust
+        try:
+            _load_kustomization(tree / target)
+        except (FileNotFoundError, yamlio.YAMLError):
+            return kust
+        seen.add(target)
+        kust = target
+
+
+def closure_files(kdir: Path) -> set[Path]:
+    """Every file a kustomization's rendering depends on."""
+    seen: set[Path] = set()
+    _closure(kdir, seen)
+    files: set[Path] = set()
+    for p in seen:
+        if p.is_dir():
+            files.update(f for f in p.rglob("*") if f.is_file())
+        else:
+            files.add(p)
+    return files
 
 
 def to_objects(kust: str, docs: list[dict], remotes: list[Remote]) -> list[Obj]:
@@ -204,20 +261,20 @@ def to_objects(kust: str, docs: list[dict], remotes: list[Remote]) -> list[Obj]:
         origin_raw = ann.pop(ORIGIN, None)
         if not ann and "annotations" in meta:
             del meta["annotations"]
-        origin = yaml.safe_load(origin_raw) if origin_raw else {}
-        source, upstream = kust, False
+        origin = yamlio.load(origin_raw) if origin_raw else {}
+        source, upstream_obj = kust, False
         if origin.get("repo") or origin.get("ref"):
-            source, upstream = f"upstream:{origin.get('repo')}?ref={origin.get('ref')}", True
+            source, upstream_obj = f"upstream:{origin.get('repo')}?ref={origin.get('ref')}", True
         elif origin.get("path"):
             p = origin["path"]
             base = posixpath.basename(p)
             if base in mirror_names:
-                source, upstream = f"upstream:{mirror_names[base]}", True
+                source, upstream_obj = f"upstream:{mirror_names[base]}", True
             elif "://" in p:
-                source, upstream = f"upstream:{p}", True
+                source, upstream_obj = f"upstream:{p}", True
             else:
                 source = posixpath.normpath(posixpath.join(kust, p))
-        out.append(Obj(doc=doc, kustomization=kust, source=source, upstream=upstream))
+        out.append(Obj(doc=doc, kustomization=kust, source=source, upstream=upstream_obj))
     return out
 
 
@@ -227,24 +284,68 @@ def render_all(
     remotes: list[Remote],
     cache_dir: Path | None,
     workers: int | None = None,
+    timings: dict[str, float] | None = None,
 ) -> tuple[dict[str, list[Obj]], dict[str, str]]:
-    """Render kustomizations in parallel threads; returns (objects by kustomization, errors)."""
+    """Render kustomizations; returns (objects by kustomization, errors by kustomization).
+
+    Wrappers are rendered once through what they wrap (:func:`wrapped`); cached renderings
+    are reused; for the others, the CRDs of the mirror files they use are parsed once in
+    parallel processes and stubbed (:mod:`validation.upstream`), then kustomize runs in
+    parallel threads. ``timings`` receives seconds per phase.
+    """
+    t0 = time.perf_counter()
+    timings = timings if timings is not None else {}
     kubectl = kubectl_path()
     kver = kubectl_version(kubectl)
+    alias = {k: wrapped(tree, k) for k in kustomizations}
+    targets = sorted(set(alias.values()))
+    keys = {t: cache_key(tree / t, kver) for t in targets} if cache_dir is not None else {}
+    docs_by: dict[str, list[dict]] = {}
+    failed: dict[str, str] = {}
+    for t in targets:
+        docs = load_cached(cache_dir / f"{keys[t]}.json") if cache_dir is not None else None
+        if docs is not None:
+            docs_by[t] = docs
+    misses = [t for t in targets if t not in docs_by]
+    timings["cache"] = time.perf_counter() - t0
+
+    t1 = time.perf_counter()
+    mirrors = sorted(
+        {f for t in misses for f in closure_files(tree / t) if f.name.startswith(MIRROR_PREFIX)}
+    )
+    schemas = upstream.stub_files(mirrors, workers) if mirrors else {}
+    timings["upstream-parse"] = time.perf_counter() - t1
+
+    t2 = time.perf_counter()
+
+    def job(t: str) -> tuple[str, list[dict] | None, str]:
+        try:
+            return t, render_one(tree, t, kubectl, cache_dir, kver, schemas, keys.get(t)), ""
+        except (RenderError, OSError, yamlio.YAMLError) as e:
+            return t, None, str(e)
+
+    if misses:
+        n = min(len(misses), workers or max(2, (os.cpu_count() or 2) * 2))
+        with ThreadPoolExecutor(max_workers=n) as pool:
+            for t, docs, err in pool.map(job, misses):
+                if docs is None:
+                    failed[t] = err
+                else:
+                    docs_by[t] = docs
+    timings["kustomize"] = time.perf_counter() - t2
+
     results: dict[str, list[Obj]] = {}
     errors: dict[str, str] = {}
-
-    def job(k: str) -> tuple[str, list[Obj] | None, str]:
-        try:
-            docs = render_one(tree, k, kubectl, cache_dir, kver)
-            return k, to_objects(k, docs, remotes), ""
-        except (RenderError, OSError, yaml.YAMLError) as e:
-            return k, None, str(e)
-
-    with ThreadPoolExecutor(max_workers=workers or max(2, (os.cpu_count() or 2) * 2)) as pool:
-        for k, objs, err in pool.map(job, kustomizations):
-            if objs is None:
-                errors[k] = err
-            else:
-                results[k] = objs
+    objs_by = {t: to_objects(t, docs, remotes) for t, docs in docs_by.items()}
+    for k in kustomizations:
+        t = alias[k]
+        if t in failed:
+            errors[k] = failed[t] if t == k else f"{failed[t]} (wrapped by {k})"
+        elif k == t:
+            results[k] = objs_by[t]
+        else:
+            results[k] = [
+                Obj(o.doc, k, o.source, o.upstream, o.embedded_in, dict(o.extra))
+                for o in objs_by[t]
+            ]
     return results, errors

@@ -6,8 +6,7 @@ import copy
 import re
 from dataclasses import dataclass, field
 
-import yaml
-
+from validation import yamlio
 from validation.render import Obj
 
 WORKFLOW_KINDS = {"Workflow", "WorkflowTemplate", "ClusterWorkflowTemplate", "CronWorkflow"}
@@ -117,8 +116,8 @@ def embedded_manifests(o: Obj) -> tuple[list[Obj], list[tuple[str, str]]]:
             )
             continue
         try:
-            doc = yaml.safe_load(text)
-        except yaml.YAMLError as e:
+            doc = yamlio.load(text)
+        except yamlio.YAMLError as e:
             errors.append((where, f"manifest is not YAML after substitution: {e}"))
             continue
         if not isinstance(doc, dict):

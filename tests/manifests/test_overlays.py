@@ -48,6 +48,8 @@ def by_key(objs):
         ("base/ml", "overlays/local-k3d"),
         ("base/ml", "overlays/gpu-cloud"),
         ("argocd/apps/local-k3d", "argocd/apps/gpu-cloud"),
+        ("base/ml/training", "overlays/local-k3d/training"),
+        ("base/ml/training", "overlays/gpu-cloud/training"),
     ],
 )
 def test_patches_keep_unchanged_fields_of_custom_resources(full_run, base, overlay):
