@@ -50,10 +50,10 @@ BUDGETS: dict[str, dict] = {
         "learning_rate": 0.003,
     },
     "full": {
-        "epochs": 15,
+        "epochs": 20,
         "train_examples": 0,
         "validation_examples": 10_000,
-        "batch_size_per_replica": 128,
+        "batch_size_per_replica": 256,
         "learning_rate": 0.003,
     },
 }
