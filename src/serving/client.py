@@ -18,19 +18,7 @@ import urllib.request
 from pathlib import Path
 
 from serving import DEFAULT_MODEL_NAME
-
-CLASS_NAMES = (  # = training.data.CLASS_NAMES (not imported: the client needs no TensorFlow)
-    "T-shirt/top",
-    "Trouser",
-    "Pullover",
-    "Dress",
-    "Coat",
-    "Sandal",
-    "Shirt",
-    "Sneaker",
-    "Bag",
-    "Ankle boot",
-)
+from training.data import CLASS_NAMES  # plain constants: no TensorFlow import
 
 
 class PredictError(RuntimeError):

@@ -37,12 +37,10 @@ from kserve import Model
 from kserve.errors import InvalidInput
 
 from serving import DEFAULT_MODEL_NAME
+from training.export import INPUT_NAME, OUTPUT_NAME, SIGNATURE_KEY  # constants only
 
 log = logging.getLogger(__name__)
 
-SIGNATURE_KEY = "serving_default"  # same values as training.export (not imported: no Keras here)
-INPUT_NAME = "image_bytes"
-OUTPUT_NAME = "probabilities"
 NUM_CLASSES = 10
 ALLOWED_FORMATS = ("JPEG", "PNG")
 JSON_MEDIA_TYPES = ("application/json", "application/cloudevents+json", "application/ld+json")

@@ -190,21 +190,29 @@ def make_schedule(args: argparse.Namespace, steps_per_epoch: int):
 
 
 class ThroughputLogger:
-    """Keras callback factory: per-epoch wall time and images/s across all replicas."""
+    """Keras callback factory: per-epoch wall time, training images/s and learning rate."""
 
     @staticmethod
     def make(global_batch: int, steps_per_epoch: int):
+        """A callback adding ``epoch_seconds`` (incl. validation), ``images_per_second``
+        (training steps only, all replicas together) and ``lr`` to each epoch's logs."""
         import tf_keras as keras
 
         class _Cb(keras.callbacks.Callback):
             def on_epoch_begin(self, epoch, logs=None):
                 self._t0 = time.perf_counter()
+                self._t_train_end = None
+
+            def on_test_begin(self, logs=None):  # validation starts: training steps are done
+                if self._t_train_end is None:
+                    self._t_train_end = time.perf_counter()
 
             def on_epoch_end(self, epoch, logs=None):
-                dt = time.perf_counter() - self._t0
+                now = time.perf_counter()
+                train_dt = (self._t_train_end or now) - self._t0
                 if logs is not None:
-                    logs["epoch_seconds"] = dt
-                    logs["images_per_second"] = global_batch * steps_per_epoch / dt
+                    logs["epoch_seconds"] = now - self._t0
+                    logs["images_per_second"] = global_batch * steps_per_epoch / train_dt
                     lr = self.model.optimizer.learning_rate
                     if callable(lr):  # a LearningRateSchedule
                         lr = lr(self.model.optimizer.iterations)
