@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import collections
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -68,6 +69,10 @@ def _replicas(cluster: dict[str, list[str]]) -> list[tuple[str, int]]:
     return [(t, i) for t in ("chief", "worker") for i in range(len(cluster.get(t, [])))]
 
 
+def _raise_on_sigterm(signum, frame):
+    raise SystemExit(128 + signum)
+
+
 def _pump(proc: subprocess.Popen, prefix: str, tail: collections.deque, out) -> None:
     for line in proc.stdout:  # type: ignore[union-attr]
         tail.append(line.rstrip("\n"))
@@ -108,6 +113,11 @@ def launch(
     threads_each = str(max(1, (os.cpu_count() or 1) // max(1, num_workers)))
     procs: list[tuple[str, subprocess.Popen, collections.deque]] = []
     t0 = time.perf_counter()
+    # SIGTERM (kubectl delete, timeout, CI cancel) must still stop the replicas: turn it into
+    # SystemExit so the `finally` below runs. Only possible from the main thread.
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGTERM, _raise_on_sigterm)
     try:
         for task_type, index in _replicas(cluster):
             penv = dict(os.environ)
@@ -146,6 +156,8 @@ def launch(
                 raise LaunchError(f"{name}: timed out after {timeout:.0f} s")
             time.sleep(0.2)
     finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
         for _, proc, _ in procs:
             if proc.poll() is None:
                 proc.terminate()

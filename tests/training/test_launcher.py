@@ -1,6 +1,10 @@
 """The local launcher: TF_CONFIG per replica, prefixed logs, fail-fast."""
 
 import io
+import os
+import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -33,7 +37,8 @@ def test_cluster_specs():
 
 def test_every_replica_gets_its_tf_config_and_a_log_prefix():
     _, out = _launch(["--x", "1"], num_workers=2, with_chief=True, name="demo")
-    assert "[demo/chief-0] replica chief-0 up, args=['--x', '1']" in out
+    assert "[demo/chief-0] replica chief-0 up, pid=" in out
+    assert "args=['--x', '1']" in out
     assert "[demo/worker-0] replica worker-0 up" in out
 
 
@@ -54,3 +59,39 @@ def test_launcher_cli_exit_code(capsys):
     # real training module with a bad flag: argparse exits 2 in every replica
     assert rc == 1
     assert "exited with code 2" in capsys.readouterr().err
+
+
+def test_sigterm_to_the_launcher_stops_every_replica():
+    code = (
+        "import sys; from training.launcher import launch; "
+        "launch(['--sleep'], num_workers=2, module='fake_replica', "
+        f"env={{'PYTHONPATH': {str(HERE)!r}}})"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, bufsize=1
+    )
+    pids = []
+    deadline = time.monotonic() + 60
+    while len(pids) < 2 and time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if "pid=" in line:
+            pids.append(int(line.split("pid=")[1].split(",")[0]))
+    assert len(pids) == 2, "replicas did not start"
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) != 0
+    time.sleep(0.5)
+    alive = [pid for pid in pids if _alive(pid)]
+    assert alive == [], f"replicas {alive} outlived the launcher"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a zombie (exited, not yet reaped by its dead parent's init) counts as stopped
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split()[2] != "Z"
+    except FileNotFoundError:
+        return False
