@@ -4,6 +4,7 @@ All three share one preprocessing stem, part of the model graph so that training
 serving apply exactly the same arithmetic (no train/serve skew):
 
     uint8-valued float32 [N, 28, 28, 1] in 0..255
+      -> RandomTranslation(+-8%)             (training only: identity when serving)
       -> Rescaling(1/255)                    -> [0, 1]
       -> Normalization(mean 0.2860, std 0.3530)  (train-split pixel statistics)
 
@@ -17,11 +18,18 @@ import training  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads
 MODEL_TYPES = ("cnn", "dropout", "batch_norm")
 PIXEL_MEAN = 0.2860  # train-split mean of pixels scaled to [0, 1]
 PIXEL_STD = 0.3530
+AUGMENT_SHIFT = 0.08  # fraction of the 28-px side: up to 2.24 px in each direction
 
 
 def _stem(keras):
     return [
         keras.layers.Input(shape=(28, 28, 1), dtype="float32", name="pixels"),
+        # Training-time augmentation only (identity when training=False, so it is not part of
+        # the serving computation): shifts of up to ~2 px. Without it the variants reach 100%
+        # train accuracy by epoch 10 and stall at ~92% on the test split.
+        keras.layers.RandomTranslation(
+            AUGMENT_SHIFT, AUGMENT_SHIFT, fill_mode="constant", name="shift"
+        ),
         keras.layers.Rescaling(1.0 / 255.0, name="scale_0_1"),
         keras.layers.Normalization(mean=PIXEL_MEAN, variance=PIXEL_STD**2, name="normalize"),
     ]
