@@ -99,7 +99,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(args: argparse.Namespace) -> int:
     """Send the images in one request and print the top classes; returns the exit code."""
-    images = [p.read_bytes() for p in args.images]
+    try:
+        images = [p.read_bytes() for p in args.images]
+    except OSError as exc:
+        print(f"error: cannot read {exc.filename}: {exc.strerror}", file=sys.stderr)
+        return 2
     try:
         preds = predict(args.url, images, args.model_name, args.host, args.timeout)
     except (PredictError, urllib.error.URLError) as exc:

@@ -74,9 +74,10 @@ def load_numpy(
             )
         )
     except (AssertionError, FileNotFoundError) as exc:  # tfds raises AssertionError if missing
+        where = resolve_data_dir(data_dir) or "tfds' default ~/tensorflow_datasets"
         raise FileNotFoundError(
-            f"{DATASET_NAME} {split!r} is not prepared under {resolve_data_dir(data_dir)!r}; "
-            "run `python -m training.ingest` first"
+            f"{DATASET_NAME} {split!r} is not prepared under {where}: set TFDS_DATA_DIR "
+            "(offline: MIRROR_DIR=../shared with make) or run `python -m training.ingest`"
         ) from exc
     return images.astype(np.uint8), labels.astype(np.int64)
 

@@ -44,7 +44,7 @@ BUDGETS: dict[str, dict] = {
     },
     "quick": {
         "epochs": 3,
-        "train_examples": 20_000,
+        "train_examples": 15_000,
         "validation_examples": 2_000,
         "batch_size_per_replica": 128,
         "learning_rate": 0.003,
@@ -124,6 +124,7 @@ def serve_and_predict(work: Path, data_dir: str | None, n_images: int) -> list[d
         "--model_name", MODEL_NAME,
         "--model_base_path", str(work / "models" / MODEL_NAME),
         "--http_port", str(port),
+        "--http_host", "127.0.0.1",  # the demo server is for this machine only
     ]  # fmt: skip
     log.info("starting the model server: %s", " ".join(cmd))
     proc = subprocess.Popen(cmd)
@@ -153,7 +154,7 @@ def format_summary(report: dict, histories: dict[str, dict], predictions: list[d
     """The table ``make demo`` prints at the end."""
     lines = [
         "",
-        f"{'model':<11}{'test acc':>9}{'test loss':>10}{'train s':>9}{'img/s':>8}  status",
+        f"{'model':<11}{'test acc':>9}{'test loss':>10}{'fit s':>9}{'img/s':>8}  status",
     ]
     for name, c in report["candidates"].items():
         h = histories.get(name, {})
