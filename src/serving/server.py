@@ -109,31 +109,71 @@ def _json_error(status: HTTPStatus):
 
 
 class BodyLimitMiddleware:
-    """ASGI middleware: 413 for a request whose ``Content-Length`` exceeds ``max_body_bytes``."""
+    """ASGI middleware in front of KServe's app, for what it would otherwise 5xx or buffer blindly.
+
+    * 413 when the body exceeds ``max_body_bytes``: at once from ``Content-Length``, and for a
+      chunked body (no ``Content-Length``) as soon as the bytes read pass the limit;
+    * 415 for CloudEvents binary-mode requests (``ce-*`` headers): KServe's decoder fails on them
+      with a 500; this server speaks plain V1 JSON only.
+    """
 
     def __init__(self, app, max_body_bytes: int):
         self.app = app
         self.max_body_bytes = max_body_bytes
 
-    async def __call__(self, scope, receive, send):
-        if scope["type"] == "http":
-            for key, value in scope.get("headers", ()):
-                if key != b"content-length":
-                    continue
-                if value.isdigit() and int(value) > self.max_body_bytes:
-                    from fastapi.responses import JSONResponse
+    async def _reject(self, scope, receive, send, status: HTTPStatus, message: str) -> None:
+        from fastapi.responses import JSONResponse
 
-                    response = JSONResponse(
-                        status_code=HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
-                        content={
-                            "error": f"request body over {self.max_body_bytes} bytes "
-                            "(--max_instances x --max_image_bytes)"
-                        },
-                    )
-                    await response(scope, receive, send)
-                    return
-                break
-        await self.app(scope, receive, send)
+        await JSONResponse(status_code=status, content={"error": message})(scope, receive, send)
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = dict(scope.get("headers", ()))
+        too_big = (
+            f"request body over {self.max_body_bytes} bytes (--max_instances x --max_image_bytes)"
+        )
+        if any(k.startswith(b"ce-") for k in headers):
+            await self._reject(
+                scope, receive, send, HTTPStatus.UNSUPPORTED_MEDIA_TYPE,
+                "CloudEvents binary mode (ce-* headers) is not supported: send a V1 JSON body",
+            )  # fmt: skip
+            return
+        length = headers.get(b"content-length")
+        if length is not None:
+            if length.isdigit() and int(length) > self.max_body_bytes:
+                await self._reject(
+                    scope, receive, send, HTTPStatus.REQUEST_ENTITY_TOO_LARGE, too_big
+                )
+                return
+            await self.app(scope, receive, send)
+            return
+        # Chunked (or no) body: read it here, bounded, then replay it to the app.
+        chunks, total, more = [], 0, True
+        while more:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            body = message.get("body", b"")
+            total += len(body)
+            if total > self.max_body_bytes:
+                await self._reject(
+                    scope, receive, send, HTTPStatus.REQUEST_ENTITY_TOO_LARGE, too_big
+                )
+                return
+            chunks.append(body)
+            more = message.get("more_body", False)
+        replayed = False
+
+        async def replay():
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
 
 
 def max_body_bytes(limits) -> int:
@@ -169,6 +209,20 @@ def _rest_server_class():
         def _add_exception_handlers(self, app):
             super()._add_exception_handlers(app)
             install_error_handlers(app, self.limits)
+
+        def _register_endpoints(self, app):
+            # KServe's own registration minus V2: V1 only, like the cluster's TF Serving
+            # runtime. KServe's V2 set includes the model-repository API, whose unauthenticated
+            # /unload would take the model down for good (its /load cannot bring it back).
+            from fastapi import APIRouter
+            from kserve.protocol.rest.server import metrics_handler
+            from kserve.protocol.rest.v1_endpoints import register_v1_endpoints
+
+            root_router = APIRouter()
+            root_router.add_api_route(r"/", self.dataplane.live)
+            root_router.add_api_route(r"/metrics", metrics_handler, methods=["GET"])
+            app.include_router(root_router)
+            register_v1_endpoints(app, self.dataplane, self.model_repository_extension)
 
         def build_app(self):
             """A fresh FastAPI app wired like ``create_application`` (for TestClient)."""
