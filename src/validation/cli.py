@@ -12,7 +12,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from validation import consistency, policy, schemas
+from validation import consistency, policy, schemas, semantics
 from validation.config import (
     CRDS_CATALOG_URL,
     KUSTOMIZATION_NAMES,
@@ -71,6 +71,7 @@ def check_kustomization(
     findings.extend(consistency.check_namespaces(all_objs))
     findings.extend(consistency.check_memo_cache(all_objs))
     findings.extend(consistency.check_serve_step(ours))
+    findings.extend(semantics.check(all_objs))
     return findings
 
 
@@ -175,6 +176,8 @@ def run(
     findings.extend(
         check_all(to_check, versions["KUBERNETES_VERSION"], schema_location, MODEL_TYPES)
     )
+    for objs in to_check.values():
+        findings.extend(semantics.check_runtimes(rendered, expand(objs)[0]))
     for k, partner in partners.items():
         standalone = consistency.standalone_tfjobs(to_check[k])
         pipeline_objs = rendered.get(partner) or more.get(partner) if partner else None
