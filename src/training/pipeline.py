@@ -239,6 +239,8 @@ def main(args: argparse.Namespace) -> dict:
             str(report_path),
             "--model-types",
             *args.model_types,
+            "--run-id",
+            run_id,
         ]  # fmt: skip
         + (["--data-dir", data_dir] if data_dir else [])
     )

@@ -27,6 +27,7 @@ def plot_training_curves(histories: dict[str, dict], out_png: str | Path) -> Pat
     import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
 
+    histories = {k: h for k, h in histories.items() if h.get("history", {}).get("loss")}
     if not histories:
         raise ValueError("no training histories to plot")
     fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=(11, 4.2))

@@ -25,6 +25,7 @@ import json
 import logging
 import math
 import os
+import re
 import shutil
 import sys
 import time
@@ -66,6 +67,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="TF Serving model base path; the winner becomes <path>/<next integer version>",
     )
     p.add_argument("--report", required=True, help="JSON report to write")
+    p.add_argument(
+        "--run-id",
+        default=None,
+        help="accept only candidates trained by this run (their training_history.json run_id); "
+        "stale candidates of earlier runs are reported and skipped",
+    )
     p.add_argument("--test-examples", type=int, default=0, help="first N test images; 0 = all")
     p.add_argument("--image-format", choices=("jpeg", "png"), default="jpeg")
     p.add_argument("--jpeg-quality", type=int, default=95)
@@ -110,6 +117,10 @@ def evaluate_candidate(
     p = np.concatenate(probs)
     if p.shape != (len(labels), 10):
         raise ValueError(f"signature returned shape {p.shape}, expected ({len(labels)}, 10)")
+    if not (np.all(np.isfinite(p)) and p.min() >= 0 and p.max() <= 1):
+        raise ValueError("signature outputs are not probabilities (outside [0, 1] or not finite)")
+    if not np.allclose(p.sum(axis=1), 1.0, atol=1e-3):
+        raise ValueError("signature outputs do not sum to 1 per image")
     picked = np.clip(p[np.arange(len(labels)), labels], 1e-7, 1.0)
     return {
         "accuracy": float(np.mean(np.argmax(p, axis=1) == labels)),
@@ -119,14 +130,32 @@ def evaluate_candidate(
     }
 
 
+MAX_VERSION = 2**63 - 1  # TF Serving versions are int64
+
+
+def check_run_id(path: Path, run_id: str) -> None:
+    """Raise ``ValueError`` unless ``path`` was trained by run ``run_id`` (stale candidate)."""
+    history = path / "training_history.json"
+    try:
+        found = json.loads(history.read_text()).get("run_id")
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"no readable {history.name}: cannot tell which run trained it") from exc
+    if found != run_id:
+        raise ValueError(f"stale candidate: trained by run {found!r}, not {run_id!r}")
+
+
 def next_version(base: Path) -> int:
-    """1 + the largest integer-named subdirectory of ``base`` (1 when there is none)."""
-    versions = (
-        [int(d.name) for d in base.iterdir() if d.is_dir() and d.name.isdigit()]
-        if base.exists()
-        else []
-    )
-    return max(versions, default=0) + 1
+    """1 + the largest integer name (ASCII digits, file or directory) in ``base``; 1 if none.
+
+    Raises:
+        SelectionError: the next version would not fit TF Serving's int64 versions.
+    """
+    names = [e.name for e in base.iterdir()] if base.exists() else []
+    versions = [int(n) for n in names if re.fullmatch(r"[0-9]+", n)]
+    version = max(versions, default=0) + 1
+    if version > MAX_VERSION:
+        raise SelectionError(f"next version {version} in {base} exceeds int64")
+    return version
 
 
 def publish(candidate: Path, base: Path) -> tuple[int, Path]:
@@ -147,7 +176,7 @@ def publish(candidate: Path, base: Path) -> tuple[int, Path]:
             raise FileNotFoundError(f"staged copy {staging} has no saved_model.pb")
         target = base / str(version)
         if target.exists():
-            raise FileExistsError(f"version {version} appeared at {target} while publishing")
+            raise SelectionError(f"version {version} appeared at {target} while publishing")
         os.rename(staging, target)  # atomic on one filesystem
     finally:
         if staging.exists():
@@ -178,6 +207,8 @@ def main(args: argparse.Namespace) -> dict:
     for model_type in args.model_types:
         path = Path(args.candidates_dir) / model_type
         try:
+            if args.run_id is not None:
+                check_run_id(path, args.run_id)
             metrics = evaluate_candidate(path, encoded, labels, args.batch_size)
             results[model_type] = {"status": "ok", "path": str(path), **metrics}
             log.info(
@@ -187,7 +218,7 @@ def main(args: argparse.Namespace) -> dict:
             results[model_type] = {
                 "status": "invalid",
                 "path": str(path),
-                "error": f"{type(exc).__name__}: {exc}",
+                "error": f"{type(exc).__name__}: {exc}"[:1000],
             }
             log.warning("%-10s skipped: %s", model_type, results[model_type]["error"])
 
@@ -211,11 +242,12 @@ def main(args: argparse.Namespace) -> dict:
                 f"best candidate {best} has accuracy {valid[best]['accuracy']:.4f} "
                 f"< --min-accuracy {args.min_accuracy}"
             )
+        write_json_atomic(Path(args.report), report)  # fail before publishing, not after
         version, target = publish(Path(valid[best]["path"]), Path(args.serving_base_path))
         report.update(version=version, published=True, model_path=str(target))
         log.info("published %s as version %d at %s", best, version, target)
-    except SelectionError as exc:
-        report["error"] = str(exc)
+    except Exception as exc:
+        report["error"] = f"{type(exc).__name__}: {exc}"[:1000]
         raise
     finally:
         write_json_atomic(Path(args.report), report)

@@ -70,6 +70,8 @@ def parse_tf_config(raw: str | None = None) -> TaskInfo:
         raise TFConfigError("TF_CONFIG must be a JSON object with 'cluster' and 'task'")
     cluster = cfg.get("cluster") or {}
     task = cfg.get("task") or {}
+    if not isinstance(task, dict):
+        raise TFConfigError('TF_CONFIG \'task\' must be an object like {"type": ..., "index": ...}')
     if not isinstance(cluster, dict) or not all(isinstance(v, list) for v in cluster.values()):
         raise TFConfigError("TF_CONFIG 'cluster' must map task types to lists of addresses")
     if not cluster:
@@ -100,7 +102,7 @@ def is_chief(task: TaskInfo) -> bool:
 
     The ``chief`` task if the cluster has one, else ``worker`` 0; a local run is the chief.
     """
-    if task.task_type == "chief":
+    if task.task_type in ("chief", "master"):  # "master": the TF 1.x name of the chief
         return True
     return task.task_type == "worker" and task.task_index == 0 and "chief" not in task.cluster
 

@@ -294,7 +294,8 @@ def main(args: argparse.Namespace) -> dict:
         )
     callbacks = [
         # Fault tolerance: a restarted replica resumes from the last finished epoch.
-        keras.callbacks.BackupAndRestore(backup_dir=str(ckpt / "backup"), delete_checkpoint=False),
+        # Deleted after a successful fit, so rerunning a finished run id trains again.
+        keras.callbacks.BackupAndRestore(backup_dir=str(ckpt / "backup")),
         keras.callbacks.ModelCheckpoint(
             filepath=str(ckpt / "epoch-{epoch:03d}" / "weights"),
             save_weights_only=True,

@@ -128,3 +128,53 @@ def test_crash_while_copying_leaves_no_loadable_version(tmp_path, candidates, mo
     assert [p.name for p in base.iterdir()] == [], "no version dir and no staging dir left"
     monkeypatch.undo()
     assert run(tmp_path, root)["version"] == 1
+
+
+def test_stale_candidates_of_another_run_are_skipped(tmp_path, candidates):
+    root, _ = candidates
+    (root / "dropout" / "training_history.json").write_text(json.dumps({"run_id": "run-7"}))
+    (root / "cnn" / "training_history.json").write_text(json.dumps({"run_id": "run-6"}))
+    report = run(tmp_path, root, "--run-id", "run-7")
+    assert report["chosen_model"] == "dropout"
+    assert "stale candidate" in report["candidates"]["cnn"]["error"]
+    assert "cannot tell which run" in report["candidates"]["batch_norm"]["error"]
+
+
+def test_outputs_that_are_not_probabilities_are_rejected(tmp_path):
+    class Fives(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name=INPUT_NAME)])
+        def serve(self, image_bytes):
+            return {OUTPUT_NAME: tf.fill([tf.shape(image_bytes)[0], 10], 5.0)}
+
+    m = Fives()
+    tf.saved_model.save(m, str(tmp_path / "c" / "cnn"), signatures={SIGNATURE_KEY: m.serve})
+    report_path = tmp_path / "r.json"
+    argv = [
+        "--candidates-dir", str(tmp_path / "c"), "--model-types", "cnn",
+        "--serving-base-path", str(tmp_path / "m"), "--report", str(report_path),
+        "--test-examples", "20",
+    ]  # fmt: skip
+    assert selection.cli(argv) == 1
+    assert "not probabilities" in json.loads(report_path.read_text())["candidates"]["cnn"]["error"]
+
+
+def test_version_numbering_ignores_junk_and_counts_integer_files(tmp_path):
+    base = tmp_path / "base"
+    base.mkdir()
+    (base / "4").mkdir()
+    (base / "5").write_text("not a model, but version 5 is taken")
+    (base / "\u00b2").mkdir()  # a unicode digit: not a version
+    (base / ".staging-9-abc").mkdir()
+    assert selection.next_version(base) == 6
+    (base / str(2**63 - 1)).mkdir()
+    with pytest.raises(selection.SelectionError, match="int64"):
+        selection.next_version(base)
+
+
+def test_unwritable_report_fails_before_publishing(tmp_path, candidates):
+    root, _ = candidates
+    blocker = tmp_path / "reports"
+    blocker.write_text("a file where the report directory should be")
+    with pytest.raises(OSError):
+        run(tmp_path, root)
+    assert not (tmp_path / "models" / "fashion-mnist" / "1").exists()

@@ -78,3 +78,14 @@ def test_operator_style_config_with_string_index():
 def test_malformed_tf_config_raises_a_clear_error(raw, message):
     with pytest.raises(TFConfigError, match=message):
         parse_tf_config(raw)
+
+
+@pytest.mark.parametrize("task", ['"worker"', "[0]"])
+def test_task_must_be_an_object(task):
+    with pytest.raises(TFConfigError, match="'task' must be an object"):
+        parse_tf_config('{"cluster": {"worker": ["a:1"]}, "task": ' + task + "}")
+
+
+def test_master_is_the_tf1_name_of_the_chief():
+    task = parse_tf_config(make_tf_config({"master": ["m:1"], "worker": ["w:1"]}, "master", 0))
+    assert is_chief(task)
