@@ -50,9 +50,9 @@ BUDGETS: dict[str, dict] = {
         "learning_rate": 0.003,
     },
     "full": {
-        "epochs": 20,
+        "epochs": 18,
         "train_examples": 0,
-        "validation_examples": 10_000,
+        "validation_examples": 2_000,
         "batch_size_per_replica": 256,
         "learning_rate": 0.003,
     },

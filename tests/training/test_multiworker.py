@@ -10,6 +10,7 @@ import tensorflow as tf
 
 from training.export import INPUT_NAME, OUTPUT_NAME, SIGNATURE_KEY
 from training.launcher import launch
+from training.pipeline import BUDGETS, train_args
 
 pytestmark = pytest.mark.slow
 
@@ -18,19 +19,8 @@ def _train(tmp_path: Path, model_type: str, with_chief: bool, data_dir, run_id="
     work = tmp_path / "shared"
     scratch_tmp = tmp_path / "local-tmp"  # each replica's TMPDIR: non-chief scratch lives here
     scratch_tmp.mkdir(exist_ok=True)
-    args = [
-        "--model-type", model_type,
-        "--epochs", str(epochs),
-        "--train-examples", "2048",
-        "--validation-examples", "512",
-        "--batch-size-per-replica", "64",
-        "--checkpoint-dir", str(work / "checkpoints"),
-        "--tensorboard-dir", str(work / "tensorboard"),
-        "--saved-model-dir", str(work / "candidates" / model_type),
-        "--run-id", run_id,
-    ]  # fmt: skip
-    if data_dir:
-        args += ["--data-dir", data_dir]
+    budget = {**BUDGETS["smoke"], "epochs": epochs}  # 2,048 images, 64 per replica
+    args = train_args(model_type, work, run_id, budget, data_dir)
     env = {"TMPDIR": str(scratch_tmp), "TF_CPP_MIN_LOG_LEVEL": "2"}
     launch(args, num_workers=2, with_chief=with_chief, name=model_type, env=env, timeout=600)
     return work, scratch_tmp
