@@ -19,3 +19,27 @@ def configure_logging() -> None:
 
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
     logging.getLogger("training").setLevel(logging.INFO)
+
+
+def run_cli(main, parser, expected_errors: tuple, argv=None) -> int:
+    """Shared console entry point: parse ``argv``, run ``main(args)``, map errors to exit 1.
+
+    Args:
+        main: the module's ``main(args)``.
+        parser: its ``argparse.ArgumentParser``.
+        expected_errors: exception classes that mean "failed cleanly": logged as one line
+            (no traceback) and turned into exit code 1; anything else propagates.
+        argv: arguments (default ``sys.argv[1:]``).
+
+    Returns:
+        0 on success, 1 on an expected error.
+    """
+    import logging
+
+    configure_logging()
+    try:
+        main(parser.parse_args(argv))
+    except expected_errors as exc:
+        logging.getLogger("training").error("%s", exc)
+        return 1
+    return 0

@@ -92,13 +92,7 @@ def main(args: argparse.Namespace) -> dict:
 
 def cli(argv: list[str] | None = None) -> int:
     """Console entry point (``fmnist-ingest``); exit 1 with a message on failure."""
-    training.configure_logging()
-    try:
-        main(build_parser().parse_args(argv))
-    except IngestError as exc:
-        log.error("%s", exc)
-        return 1
-    return 0
+    return training.run_cli(main, build_parser(), (IngestError,), argv)
 
 
 if __name__ == "__main__":

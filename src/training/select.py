@@ -256,13 +256,7 @@ def main(args: argparse.Namespace) -> dict:
 
 def cli(argv: list[str] | None = None) -> int:
     """Console entry point (``fmnist-select``); exit 1 when nothing is published."""
-    training.configure_logging()
-    try:
-        main(build_parser().parse_args(argv))
-    except SelectionError as exc:
-        log.error("%s", exc)
-        return 1
-    return 0
+    return training.run_cli(main, build_parser(), (SelectionError,), argv)
 
 
 if __name__ == "__main__":
