@@ -7,19 +7,7 @@ import pytest
 from validation.config import parse_versions_env, remote_refs
 from validation.consistency import version_findings
 
-WFT = "base/ml/pipeline/workflowtemplate.yaml"
-ISVC = "base/ml/serving/inferenceservice.yaml"
-KSVC = "base/ml/serving/message-dumper.yaml"
-RBAC = "base/ml/pipeline/rbac.yaml"
-PVC = "base/ml/storage/pvc.yaml"
-ISVC_REF = "InferenceService/fashion-mnist/fashion-mnist"
-WFT_REF = "WorkflowTemplate/fashion-mnist/fashion-mnist-pipeline"
-
-
-def only(findings, check):
-    hits = [f for f in findings if f.check == check]
-    assert hits, f"no {check!r} finding in {[f.format() for f in findings]}"
-    return hits
+from .manifest_refs import ISVC, ISVC_REF, KSVC, PVC, RBAC, WFT, WFT_REF, only
 
 
 def test_baseline_copy_is_clean(broken):

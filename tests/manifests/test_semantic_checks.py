@@ -9,20 +9,11 @@ import pytest
 from validation.cli import run
 from validation.semantics import parse_quantity, plural
 
-WFT = "base/ml/pipeline/workflowtemplate.yaml"
-ISVC = "base/ml/serving/inferenceservice.yaml"
-RBAC = "base/ml/pipeline/rbac.yaml"
+from .manifest_refs import ISVC, ISVC_REF, RBAC, WFT, WFT_REF, only
+
 ROLE_REF = "Role/fashion-mnist/fashion-mnist-pipeline"
 BINDING_REF = "RoleBinding/fashion-mnist/fashion-mnist-pipeline"
-ISVC_REF = "InferenceService/fashion-mnist/fashion-mnist"
-WFT_REF = "WorkflowTemplate/fashion-mnist/fashion-mnist-pipeline"
 TRAIN = "spec.templates[2].resource"
-
-
-def only(findings, check):
-    hits = [f for f in findings if f.check == check]
-    assert hits, f"no {check!r} finding in {[f.format() for f in findings]}"
-    return hits
 
 
 def test_quantities_and_plurals():
