@@ -1,0 +1,225 @@
+#!/usr/bin/env bash
+# Build the pinned upstream Go programs the e2e control plane and `make validate` run
+# (kube-apiserver, etcd, kwok, kubeconform, the upstream controllers), into a cache OUTSIDE
+# the clone. Nothing built here is committed; versions come only from versions.env.
+#
+# Usage:
+#   scripts/tools.sh [TOOL...]          build the named recipes (default: every hack/tools/*.sh);
+#                                       a recipe already in the cache is not rebuilt
+#   scripts/tools.sh --bin-dir TOOL     print TOOL's bin directory (exit 1 if not built)
+#   scripts/tools.sh --bin NAME         print the path of binary NAME (exit 1 if not built)
+#   scripts/tools.sh --list             print "TOOL VERSION DIR STATE" for every recipe
+#
+# Cache: ${FMNIST_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/fashion-mnist-gitops/tools}/
+#        <tool>-<version>-<first 10 hex of sha256(recipe file)>/bin/<binaries>
+# A build runs in a temp dir beside it and is renamed into place atomically, under a flock,
+# so an interrupted or concurrent build never leaves a half-filled cache entry.
+#
+# Recipe contract: hack/tools/<tool>.sh is a bash file SOURCED (in a subshell) by this script.
+# It must set:
+#   TOOL_VERSION_KEY   key in versions.env holding the version (e.g. KUBERNETES_VERSION);
+#                      a missing leading "v" is added (1.34.1 -> v1.34.1) unless
+#                      tool_module_version is defined.
+#   TOOL_MODULE        the upstream Go module to require (e.g. k8s.io/kubernetes)
+#   TOOL_PACKAGES      bash array of main packages (full import paths) to build
+# It may set:
+#   TOOL_BINARIES      bash array "name" or "built-name=name" per package, in order (default:
+#                      the binary `go install` names after the package path). Only these
+#                      names are exposed by --bin.
+#   TOOL_REPLACES      bash array of extra replace directives "old[@v]=new@v" (go mod edit syntax)
+#   TOOL_CGO_ENABLED   default 0 (static binaries)
+#   TOOL_TAGS          comma-separated build tags
+# and may define these functions (they see MODULE_VERSION and MODULE_TIME, the module's
+# publication time from the proxy, RFC 3339):
+#   tool_module_version VERSION    -> the module version to require (default: add "v")
+#   tool_local_replace MODPATH DIR -> version for an upstream replace "MODPATH => ./DIR", or "-"
+#                                     to drop that replace; without the function a local
+#                                     replace in upstream's go.mod is an error
+#   tool_ldflags                   -> extra -ldflags (e.g. -X version variables); "-s -w" is
+#                                     always added
+# Upstream's own go.mod is read (`go mod download -json MODULE@VERSION` -> GoMod) and its
+# replace directives are carried over: non-local ones verbatim, local ones (./staging/...)
+# through tool_local_replace. The tool module is then created with `go mod init`,
+# `go get -tool PKG@VERSION ...` (Go `tool` directives) and built with `go install tool`.
+# Checksums are verified against sum.golang.org (through the module proxy) as usual.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+RECIPES="$ROOT/hack/tools"
+CACHE="${FMNIST_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/fashion-mnist-gitops/tools}"
+export GOTOOLCHAIN="${GOTOOLCHAIN:-local}" GOFLAGS="${GOFLAGS:--buildvcs=false}"
+
+die() { echo "tools.sh: $*" >&2; exit 1; }
+log() { echo "tools.sh: $*" >&2; }
+
+versions_get() { # KEY -> value from versions.env (the only place versions live)
+  local v
+  v="$(sed -n "s/^$1=//p" "$ROOT/versions.env" | tail -n1)"
+  [[ -n "$v" ]] || die "versions.env has no $1"
+  printf '%s\n' "$v"
+}
+
+# Print "VERSION DIR" of a recipe (sourcing it in a subshell keeps recipes isolated).
+recipe_entry() {
+  local tool="$1" file="$RECIPES/$1.sh"
+  [[ -f "$file" ]] || die "no recipe $file (have: $(recipe_names | tr '\n' ' '))"
+  (
+    # shellcheck disable=SC1090
+    source "$file"
+    [[ -n "${TOOL_VERSION_KEY:-}" ]] || die "$file: TOOL_VERSION_KEY unset"
+    local raw ver hash
+    raw="$(versions_get "$TOOL_VERSION_KEY")"
+    if declare -F tool_module_version >/dev/null; then ver="$(tool_module_version "$raw")"
+    else ver="v${raw#v}"; fi
+    hash="$(sha256sum "$file" | cut -c1-10)"
+    printf '%s %s\n' "$ver" "$CACHE/$tool-$ver-$hash"
+  )
+}
+
+recipe_names() { local f; for f in "$RECIPES"/*.sh; do basename "$f" .sh; done; }
+
+# Binary names a recipe exposes (one per line).
+recipe_binaries() {
+  (
+    # shellcheck disable=SC1090
+    source "$RECIPES/$1.sh"
+    local i b
+    for i in "${!TOOL_PACKAGES[@]}"; do
+      b="${TOOL_BINARIES[$i]:-}"
+      if [[ -z "$b" ]]; then b="$(default_binary_name "${TOOL_PACKAGES[$i]}")"; fi
+      echo "${b##*=}"
+    done
+  )
+}
+
+default_binary_name() { # what `go install` calls the binary of package $1
+  local p="$1" last
+  last="${p##*/}"
+  if [[ "$last" =~ ^v[0-9]+$ && "$p" == */* ]]; then p="${p%/*}"; last="${p##*/}"; fi
+  echo "$last"
+}
+
+# Emit "-replace=old=new" flags for upstream's go.mod replace directives.
+upstream_replace_flags() { # GOMOD_FILE
+  go mod edit -json "$1" | python3 -c '
+import json, sys
+for r in json.load(sys.stdin).get("Replace") or []:
+    old = r["Old"]["Path"] + ("@" + r["Old"]["Version"] if r["Old"].get("Version") else "")
+    new = r["New"]
+    if new.get("Version"):
+        print("remote", old, new["Path"] + "@" + new["Version"])
+    else:
+        print("local", old, new["Path"])
+'
+}
+
+build_recipe() {
+  local tool="$1" file="$RECIPES/$1.sh" entry ver dir
+  entry="$(recipe_entry "$tool")"
+  read -r ver dir <<<"$entry"
+  if [[ -f "$dir/bin/.complete" ]]; then
+    log "$tool $ver: cached in $dir (nothing rebuilt)"
+    return 0
+  fi
+  mkdir -p "$CACHE"
+  exec 9>"$CACHE/.lock-$tool"
+  flock 9
+  if [[ -f "$dir/bin/.complete" ]]; then
+    log "$tool $ver: built by a concurrent run in $dir"; return 0
+  fi
+  local tmp
+  tmp="$(mktemp -d "$CACHE/.tmp-$tool-XXXXXX")"
+  # shellcheck disable=SC2064
+  trap "rm -rf '$tmp'" RETURN
+  log "$tool $ver: building in $tmp (log: $dir/build.log once done)"
+  local t0
+  t0="$(date +%s)"
+  local rc
+  set +e
+  (
+    set -euo pipefail
+    # shellcheck disable=SC1090
+    source "$file"
+    cd "$tmp"
+    export CGO_ENABLED="${TOOL_CGO_ENABLED:-0}"
+    MODULE_VERSION="$ver"
+    local info gomod
+    info="$(go mod download -json "$TOOL_MODULE@$MODULE_VERSION")"
+    gomod="$(python3 -c 'import json,sys; print(json.load(sys.stdin)["GoMod"])' <<<"$info")"
+    MODULE_TIME="$(python3 -c 'import json,sys; d=json.load(sys.stdin); print(json.load(open(d["Info"]))["Time"])' <<<"$info")"
+    export MODULE_VERSION MODULE_TIME
+    go mod init "fmnist-tools/$tool" >/dev/null 2>&1
+    local -a flags=()
+    local kind old new r
+    while read -r kind old new; do
+      if [[ "$kind" == remote ]]; then
+        flags+=("-replace=$old=$new")
+      else
+        declare -F tool_local_replace >/dev/null \
+          || die "$tool: upstream replaces $old => $new (local) and the recipe has no tool_local_replace"
+        r="$(tool_local_replace "${old%@*}" "$new")"
+        if [[ "$r" != "-" ]]; then flags+=("-replace=$old=${old%@*}@$r"); fi
+      fi
+    done < <(upstream_replace_flags "$gomod")
+    for r in "${TOOL_REPLACES[@]+"${TOOL_REPLACES[@]}"}"; do flags+=("-replace=$r"); done
+    if ((${#flags[@]})); then go mod edit "${flags[@]}"; fi
+    local -a pkgs=()
+    local p
+    for p in "${TOOL_PACKAGES[@]}"; do pkgs+=("$p@$MODULE_VERSION"); done
+    go get -tool "${pkgs[@]}"
+    local ld="-s -w"
+    if declare -F tool_ldflags >/dev/null; then ld="$ld $(tool_ldflags)"; fi
+    mkdir -p bin
+    GOBIN="$tmp/bin" go install -trimpath ${TOOL_TAGS:+-tags "$TOOL_TAGS"} -ldflags "$ld" tool
+    local i b
+    for i in "${!TOOL_PACKAGES[@]}"; do
+      b="${TOOL_BINARIES[$i]:-}"
+      if [[ "$b" == *=* ]]; then mv "bin/${b%%=*}" "bin/${b##*=}"; fi
+      b="${b##*=}"
+      [[ -n "$b" ]] || b="$(default_binary_name "${TOOL_PACKAGES[$i]}")"
+      [[ -x "bin/$b" ]] || die "$tool: expected binary bin/$b was not built"
+    done
+  ) > "$tmp/build.log" 2>&1
+  rc=$?
+  set -e
+  if ((rc != 0)); then tail -n 30 "$tmp/build.log" >&2; die "$tool $ver: build failed (exit $rc)"; fi
+  local secs=$(( $(date +%s) - t0 ))
+  echo "$secs" > "$tmp/build-seconds"
+  touch "$tmp/bin/.complete"
+  rm -rf "$dir"
+  mv -T "$tmp" "$dir"
+  log "$tool $ver: built in ${secs}s -> $dir/bin ($(cd "$dir/bin" && ls | tr '\n' ' '))"
+}
+
+bin_dir() {
+  local entry ver dir
+  entry="$(recipe_entry "$1")"
+  read -r ver dir <<<"$entry"
+  [[ -f "$dir/bin/.complete" ]] || die "$1 $ver is not built; run scripts/tools.sh $1"
+  echo "$dir/bin"
+}
+
+case "${1:-}" in
+  --bin-dir|--print-bin-dir)
+    [[ $# -eq 2 ]] || die "usage: $0 --bin-dir TOOL"
+    bin_dir "$2" ;;
+  --bin)
+    [[ $# -eq 2 ]] || die "usage: $0 --bin NAME"
+    for t in $(recipe_names); do
+      if recipe_binaries "$t" | grep -qx "$2"; then echo "$(bin_dir "$t")/$2"; exit 0; fi
+    done
+    die "no recipe in hack/tools builds a binary named $2" ;;
+  --list)
+    for t in $(recipe_names); do
+      entry="$(recipe_entry "$t")"
+      read -r ver dir <<<"$entry"
+      state=missing; [[ -f "$dir/bin/.complete" ]] && state=built
+      echo "$t $ver $dir $state"
+    done ;;
+  -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' ;;
+  -*) die "unknown option $1 (see --help)" ;;
+  *)
+    command -v go >/dev/null || die "Go is required to build the pinned tools (go.dev/dl); not found on PATH"
+    if [[ $# -eq 0 ]]; then mapfile -t tools < <(recipe_names); else tools=("$@"); fi
+    for t in "${tools[@]}"; do build_recipe "$t"; done ;;
+esac
