@@ -32,7 +32,7 @@ def test_docs_show_a_locust_command_that_keeps_the_web_ui():
     assert commands, "docs/load-testing.md shows the Locust command"
     for cmd in commands:
         assert "--headless" not in cmd.words, (
-            f"{cmd.source}:{cmd.line}: --headless turns off /stats/requests, which the observer reads"
+            f"{cmd.source}:{cmd.line}: --headless turns off /stats/requests (the observer reads it)"
         )
 
 
