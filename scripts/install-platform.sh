@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# Install the platform layer in dependency order and wait until each part is ready:
-# cert-manager -> Knative Serving + Kourier -> KServe (+ runtimes) -> training operator
-# (server-side) -> Argo Workflows. Idempotent (server-side apply everywhere).
+# Install the platform layer in dependency order: cert-manager -> Knative Serving + Kourier ->
+# KServe (+ runtimes) -> Kubeflow training operator -> Argo Workflows. Each part goes in three
+# steps, so it is safe on a fresh cluster: (1) its CRDs, waited for until Established; (2) its
+# other objects, then its Deployments (controllers and webhooks) waited for until Available;
+# (3) its custom resources (and ConfigMap patches), retried while a webhook does not answer yet.
+# Idempotent: server-side apply everywhere, re-running changes nothing.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 if wants_help "${1:-}"; then
@@ -9,46 +12,183 @@ if wants_help "${1:-}"; then
 usage: scripts/install-platform.sh
 Installs cert-manager ${CERT_MANAGER_VERSION}, Knative Serving ${KNATIVE_SERVING_VERSION} with
 Kourier ${KNATIVE_NET_KOURIER_VERSION}, KServe ${KSERVE_VERSION}, the Kubeflow training operator
-${TRAINING_OPERATOR_VERSION} and Argo Workflows ${ARGO_WORKFLOWS_VERSION} into the current
-kubectl context, and waits for them. Re-running is safe.
+${TRAINING_OPERATOR_VERSION} and Argo Workflows ${ARGO_WORKFLOWS_VERSION} into the cluster of the
+current kubectl context (KUBECONFIG is honoured), and waits for them. Re-running is safe.
+Env: UPSTREAM_MIRROR_DIR   read the release manifests from this offline mirror (e.g.
+                           ../shared/upstream; make sets it from MIRROR_DIR). The mirror holds
+                           only the CRDs of cert-manager and Knative Serving: in mirror mode
+                           those two are installed as CRDs only (their controllers need
+                           container images); KServe, the training operator and Argo Workflows
+                           are installed in full.
+     PLATFORM_TIMEOUT      seconds to wait for each step (default 300)
 USAGE
   exit 0
 fi
-apply() { "${KUBECTL}" apply --server-side --force-conflicts "$@"; }
+[[ $# -eq 0 ]] || die "unexpected argument $1 (see --help)"
 
-log "cert-manager ${CERT_MANAGER_VERSION}"
-apply -f "https://github.com/cert-manager/cert-manager/releases/download/${CERT_MANAGER_VERSION}/cert-manager.yaml"
-"${KUBECTL}" -n cert-manager rollout status deploy --timeout=300s
+MIRROR="${UPSTREAM_MIRROR_DIR:-}"
+TIMEOUT="${PLATFORM_TIMEOUT:-300}"
+[[ "${TIMEOUT}" =~ ^[0-9]+$ ]] || die "PLATFORM_TIMEOUT must be a number of seconds, got ${TIMEOUT}"
+if [[ -n "${MIRROR}" ]]; then
+  [[ -d "${MIRROR}" ]] || die "UPSTREAM_MIRROR_DIR=${MIRROR} is not a directory"
+  MIRROR="$(cd "${MIRROR}" && pwd)"
+fi
+WORK="$(mktemp -d)"
+trap 'rm -rf "${WORK}"' EXIT
+GH=https://github.com
+CERT_MANAGER_URL="${GH}/cert-manager/cert-manager/releases/download/${CERT_MANAGER_VERSION}/cert-manager.yaml"
+KN_URL="${GH}/knative/serving/releases/download/knative-${KNATIVE_SERVING_VERSION}"
+KOURIER_URL="${GH}/knative-extensions/net-kourier/releases/download/knative-${KNATIVE_NET_KOURIER_VERSION}/kourier.yaml"
 
-log "Knative Serving ${KNATIVE_SERVING_VERSION} + Kourier"
-KN="https://github.com/knative/serving/releases/download/knative-${KNATIVE_SERVING_VERSION}"
-apply -f "${KN}/serving-crds.yaml"
-"${KUBECTL}" wait --for=condition=Established crd/services.serving.knative.dev --timeout=120s
-apply -f "${KN}/serving-core.yaml"
-apply -f "https://github.com/knative/net-kourier/releases/download/knative-${KNATIVE_NET_KOURIER_VERSION}/kourier.yaml"
-"${KUBECTL}" patch configmap/config-network -n knative-serving --type merge \
-  -p '{"data":{"ingress-class":"kourier.ingress.networking.knative.dev"}}'
-# Pod-spec features the InferenceService / message-dumper use (PVC volumes, node placement,
-# security contexts).
-"${KUBECTL}" patch configmap/config-features -n knative-serving --type merge -p '{"data":{
-  "kubernetes.podspec-persistent-volume-claim":"enabled",
-  "kubernetes.podspec-persistent-volume-write":"enabled",
-  "kubernetes.podspec-nodeselector":"enabled",
-  "kubernetes.podspec-tolerations":"enabled",
-  "kubernetes.podspec-securitycontext":"enabled"}}'
-"${KUBECTL}" -n knative-serving rollout status deploy --timeout=300s
-"${KUBECTL}" -n kourier-system rollout status deploy --timeout=300s
+k() { "${KUBECTL}" "$@"; }
+apply() { k apply --server-side --force-conflicts "$@"; }
+
+# render NAME SOURCE: SOURCE (a kustomization dir of this repo, a URL or a file) rendered by
+# kustomize into ${WORK}/NAME/all.yaml. In mirror mode the pinned remote resources of the
+# kustomization are replaced by their mirror files (the mapping of src/validation/config.py).
+render() {
+  local name="$1" src="$2" out="${WORK}/$1"
+  mkdir -p "${out}/k"
+  if [[ -d "${src}" ]]; then
+    cp -r "${src}/." "${out}/k/"
+    if [[ -n "${MIRROR}" ]]; then
+      PYTHONPATH="${REPO_ROOT}/src${PYTHONPATH:+:${PYTHONPATH}}" "${PYTHON}" - "${out}/k" "${MIRROR}" "${REPO_ROOT}/versions.env" <<'PY'
+import shutil, sys
+from pathlib import Path
+import yaml
+from validation.config import parse_versions_env, remote_refs
+kdir, mirror = Path(sys.argv[1]), Path(sys.argv[2])
+refs = {r.url: r.mirror_file for r in remote_refs(parse_versions_env(Path(sys.argv[3])))}
+kfile = kdir / "kustomization.yaml"
+k = yaml.safe_load(kfile.read_text())
+res = []
+for r in k.get("resources") or []:
+    if r in refs:
+        shutil.copyfile(mirror / refs[r], kdir / refs[r])
+        r = refs[r]
+    elif "://" in r or r.startswith("github.com/"):
+        sys.exit(f"no mirror file for remote resource {r}")
+    res.append(r)
+k["resources"] = res
+kfile.write_text(yaml.safe_dump(k))
+PY
+    fi
+  else
+    printf 'apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - %s\n' \
+      "$(if [[ -f "${src}" ]]; then cp "${src}" "${out}/k/src.yaml"; echo src.yaml; else echo "${src}"; fi)" \
+      > "${out}/k/kustomization.yaml"
+  fi
+  k kustomize "${out}/k" > "${out}/all.yaml"
+  split_docs "${out}"
+}
+
+# split_docs DIR: DIR/all.yaml -> crds.yaml (CustomResourceDefinitions), crs.yaml (objects of
+# custom kinds: API groups with a dot that are not *.k8s.io), objects.yaml (everything else)
+# and deploys.yaml (the Deployments among them). kustomize output: "---" separated documents
+# with top-level keys at column 0.
+split_docs() {
+  awk -v dir="$1" '
+    function flush(   f) {
+      if (doc == "") return
+      if (kind == "CustomResourceDefinition") f = "crds"
+      else if (group ~ /\./ && group !~ /\.k8s\.io$/) f = "crs"
+      else f = "objects"
+      printf "---\n%s", doc >> (dir "/" f ".yaml")
+      if (kind == "Deployment") printf "---\n%s", doc >> (dir "/deploys.yaml")
+      doc = ""; kind = ""; group = ""
+    }
+    /^---/ { flush(); next }
+    /^kind: / { kind = $2 }
+    /^apiVersion: / { group = ($2 ~ /\//) ? substr($2, 1, index($2, "/") - 1) : "" }
+    { doc = doc $0 "\n" }
+    END { flush() }
+  ' "$1/all.yaml"
+}
+
+# retry CMD...: run CMD until it succeeds; retried only while the API server cannot reach a
+# webhook yet (its Deployment is Available before its server answers), up to TIMEOUT seconds.
+retry() {
+  local deadline=$((SECONDS + TIMEOUT)) err="${WORK}/retry.err"
+  until "$@" 2>"${err}"; do
+    if ! grep -qE 'failed calling webhook|no endpoints available|connection refused' "${err}" \
+      || ((SECONDS >= deadline)); then
+      cat "${err}" >&2
+      return 1
+    fi
+    log "a webhook is not answering yet; retrying"
+    sleep 2
+  done
+  cat "${err}" >&2
+}
+
+# install NAME: the three steps for ${WORK}/NAME (rendered by `render`).
+install() {
+  local d="${WORK}/$1"
+  if [[ -s "${d}/crds.yaml" ]]; then
+    apply -f "${d}/crds.yaml"
+    k wait --for=condition=Established -f "${d}/crds.yaml" --timeout="${TIMEOUT}s"
+  fi
+  if [[ -s "${d}/objects.yaml" ]]; then retry apply -f "${d}/objects.yaml"; fi
+  if [[ -s "${d}/deploys.yaml" ]]; then
+    k wait --for=condition=Available -f "${d}/deploys.yaml" --timeout="${TIMEOUT}s"
+  fi
+  if [[ -s "${d}/crs.yaml" ]]; then retry apply -f "${d}/crs.yaml"; fi
+}
+
+if [[ -n "${MIRROR}" ]]; then
+  PYTHON="${PYTHON:-${REPO_ROOT}/.venv/bin/python}"
+  [[ -x "${PYTHON}" ]] || PYTHON="$(command -v python3)" || die "mirror mode needs python3 with PyYAML"
+  log "offline: release manifests from ${MIRROR}"
+fi
+log "cluster: $(k config view --minify -o jsonpath='{.clusters[0].cluster.server}')"
+
+if [[ -n "${MIRROR}" ]]; then
+  log "cert-manager ${CERT_MANAGER_VERSION}: CRDs only (mirror mode: the mirror holds its CRDs, its controller and webhook need container images)"
+  render cert-manager "${MIRROR}/cert-manager-crds-${CERT_MANAGER_VERSION}.yaml"
+else
+  log "cert-manager ${CERT_MANAGER_VERSION}"
+  render cert-manager "${CERT_MANAGER_URL}"
+fi
+install cert-manager
+
+if [[ -n "${MIRROR}" ]]; then
+  log "Knative Serving ${KNATIVE_SERVING_VERSION}: CRDs only (mirror mode: serving-core and Kourier are not mirrored; they need container images)"
+  render knative "${MIRROR}/knative-serving-crds-${KNATIVE_SERVING_VERSION}.yaml"
+  install knative
+else
+  log "Knative Serving ${KNATIVE_SERVING_VERSION} + Kourier ${KNATIVE_NET_KOURIER_VERSION}"
+  render knative-crds "${KN_URL}/serving-crds.yaml"
+  install knative-crds
+  render knative "${KN_URL}/serving-core.yaml"
+  install knative
+  render kourier "${KOURIER_URL}"
+  install kourier
+  # These ConfigMaps are validated by Knative's webhook (failurePolicy Fail): patched only
+  # now that its Deployment is Available, retried until the webhook answers.
+  retry k patch configmap/config-network -n knative-serving --type merge \
+    -p '{"data":{"ingress-class":"kourier.ingress.networking.knative.dev"}}'
+  # Pod-spec features the InferenceService / message-dumper use (PVC volumes, node placement,
+  # security contexts).
+  retry k patch configmap/config-features -n knative-serving --type merge -p '{"data":{
+    "kubernetes.podspec-persistent-volume-claim":"enabled",
+    "kubernetes.podspec-nodeselector":"enabled",
+    "kubernetes.podspec-tolerations":"enabled",
+    "kubernetes.podspec-securitycontext":"enabled"}}'
+fi
 
 log "KServe ${KSERVE_VERSION}"
-apply -k "${REPO_ROOT}/base/platform/kserve"
-"${KUBECTL}" -n kserve rollout status deploy/kserve-controller-manager --timeout=300s
-apply -k "${REPO_ROOT}/base/platform/kserve-runtimes"
+render kserve "${REPO_ROOT}/base/platform/kserve"
+install kserve
+# The ClusterServingRuntimes go through KServe's validating webhooks (served by the controller
+# just waited for): custom resources only, so step (3) retries them until the webhook answers.
+render kserve-runtimes "${REPO_ROOT}/base/platform/kserve-runtimes"
+install kserve-runtimes
 
 log "Kubeflow training operator ${TRAINING_OPERATOR_VERSION} (server-side: large CRDs)"
-apply -k "${REPO_ROOT}/base/platform/training-operator"
-"${KUBECTL}" -n kubeflow rollout status deploy/training-operator --timeout=300s
+render training-operator "${REPO_ROOT}/base/platform/training-operator"
+install training-operator
 
 log "Argo Workflows ${ARGO_WORKFLOWS_VERSION}"
-apply -k "${REPO_ROOT}/base/platform/argo-workflows"
-"${KUBECTL}" -n argo rollout status deploy --timeout=300s
+render argo-workflows "${REPO_ROOT}/base/platform/argo-workflows"
+install argo-workflows
 log "platform ready"
