@@ -18,7 +18,7 @@
 # Recipe contract: hack/tools/<tool>.sh is a bash file SOURCED (in a subshell) by this script.
 # It must set:
 #   TOOL_VERSION_KEY   key in versions.env holding the version (e.g. KUBERNETES_VERSION);
-#                      a missing leading "v" is added (1.34.1 -> v1.34.1) unless
+#                      a missing leading "v" is added (so 1.2.3 is required as v-prefixed) unless
 #                      tool_module_version is defined.
 #   TOOL_MODULE        the upstream Go module to require (e.g. k8s.io/kubernetes)
 #   TOOL_PACKAGES      bash array of main packages (full import paths) to build
@@ -129,6 +129,7 @@ build_recipe() {
   fi
   local tmp
   tmp="$(mktemp -d "$CACHE/.tmp-$tool-XXXXXX")"
+  chmod 755 "$tmp"
   # shellcheck disable=SC2064
   trap "rm -rf '$tmp'" RETURN
   log "$tool $ver: building in $tmp (log: $dir/build.log once done)"
@@ -216,7 +217,9 @@ case "${1:-}" in
       state=missing; [[ -f "$dir/bin/.complete" ]] && state=built
       echo "$t $ver $dir $state"
     done ;;
-  -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' ;;
+  -h|--help)
+    echo "usage: scripts/tools.sh [TOOL...] | --bin NAME | --bin-dir TOOL | --list"
+    sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' ;;
   -*) die "unknown option $1 (see --help)" ;;
   *)
     command -v go >/dev/null || die "Go is required to build the pinned tools (go.dev/dl); not found on PATH"

@@ -1,0 +1,135 @@
+"""Fixtures for the e2e tests against the real control plane started by ``make e2e``.
+
+``scripts/e2e-cluster.sh run -- pytest tests/e2e`` starts a real kube-apiserver (RBAC and the
+default admission plugins on), etcd, kube-controller-manager and kube-scheduler, with kwok
+simulating nodes and pod lifecycles (``hack/e2e/kwok-stages.yaml``), and exports
+``FMNIST_E2E_KUBECONFIG`` (admin) and ``KUBECTL`` (the kubectl 1.34 built by scripts/tools.sh).
+Without them every test here FAILS (never skips): run ``make e2e``. ``make test`` does not
+collect this directory.
+
+Helpers (plain functions/classes) live in ``e2e_kube.py``. Fixtures: ``kubeconfig`` (admin
+kubeconfig path), ``kubectl`` (a :class:`Kubectl`), ``namespace`` (a fresh namespace per test,
+deleted afterwards), ``sa_kubeconfig`` (a kubeconfig holding a ServiceAccount's token from the
+TokenRequest API), ``restricted_pod_spec``.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+from e2e_kube import Kubectl, wait_until
+
+
+@pytest.fixture(scope="session")
+def kubeconfig() -> Path:
+    """Admin kubeconfig of the running e2e control plane (fails the test when absent)."""
+    path = os.environ.get("FMNIST_E2E_KUBECONFIG")
+    if not path or not Path(path).is_file():
+        pytest.fail(
+            "no e2e control plane: FMNIST_E2E_KUBECONFIG is unset or missing. "
+            "Run the e2e tests with `make e2e` (scripts/e2e-cluster.sh run -- ...)."
+        )
+    return Path(path)
+
+
+@pytest.fixture(scope="session")
+def kubectl(kubeconfig: Path) -> Kubectl:
+    """A :class:`Kubectl` bound to the admin kubeconfig; checks the API server is ready."""
+    binary = os.environ.get("KUBECTL")
+    if not binary or not Path(binary).is_file():
+        pytest.fail("KUBECTL (the kubectl built by scripts/tools.sh) is unset; run `make e2e`")
+    k = Kubectl(binary, kubeconfig)
+    proc = k.run("get", "--raw", "/readyz", timeout=20)
+    if proc.returncode != 0 or proc.stdout.strip() != "ok":
+        pytest.fail(f"e2e API server not ready: {proc.stdout.strip()} {proc.stderr.strip()}")
+    return k
+
+
+@pytest.fixture
+def namespace(kubectl: Kubectl, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A new namespace ``e2e-<test>-<random>``, deleted (without waiting) after the test."""
+    stem = "".join(c if c.isalnum() else "-" for c in request.node.name.lower())[:40].strip("-")
+    name = f"e2e-{stem}-{uuid.uuid4().hex[:6]}"
+    kubectl("create", "namespace", name)
+    wait_until(
+        lambda: kubectl.run("get", "serviceaccount", "default", "-n", name).returncode == 0,
+        timeout=30,
+        what=f"ServiceAccount default in {name}",
+    )
+    yield name
+    kubectl.run("delete", "namespace", name, "--wait=false")
+
+
+@pytest.fixture
+def sa_kubeconfig(kubectl: Kubectl, kubeconfig: Path, tmp_path: Path) -> Callable[..., Path]:
+    """Factory: ``sa_kubeconfig(namespace, name, duration="1h") -> Path`` writes a kubeconfig
+    whose only credential is a token of ServiceAccount ``namespace/name`` issued by the
+    TokenRequest API (``kubectl create token``); cluster and CA are the admin kubeconfig's."""
+
+    def make(namespace: str, name: str, duration: str = "1h") -> Path:
+        token = kubectl("create", "token", name, "-n", namespace, f"--duration={duration}").strip()
+        admin = yaml.safe_load(kubeconfig.read_text())
+        current = admin["current-context"]
+        context = next(c["context"] for c in admin["contexts"] if c["name"] == current)
+        cluster = next(c["cluster"] for c in admin["clusters"] if c["name"] == context["cluster"])
+        cluster = {k: v for k, v in cluster.items() if k != "certificate-authority"} | (
+            {"certificate-authority": str(Path(cluster["certificate-authority"]).resolve())}
+            if "certificate-authority" in cluster
+            else {}
+        )
+        user = f"system:serviceaccount:{namespace}:{name}"
+        doc = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "e2e", "cluster": cluster}],
+            "users": [{"name": user, "user": {"token": token}}],
+            "contexts": [{"name": "e2e", "context": {"cluster": "e2e", "user": user}}],
+            "current-context": "e2e",
+        }
+        path = tmp_path / f"kubeconfig-{namespace}-{name}"
+        path.write_text(yaml.safe_dump(doc))
+        path.chmod(0o600)
+        return path
+
+    return make
+
+
+@pytest.fixture
+def restricted_pod_spec() -> Callable[..., dict]:
+    """Factory: ``restricted_pod_spec(restart_policy="Never") -> dict`` a pod spec with one
+    container that satisfies the ``restricted`` Pod Security Standard and has requests and
+    limits (kwok runs no container; the image is never pulled)."""
+
+    def make(restart_policy: str = "Never") -> dict:
+        return {
+            "restartPolicy": restart_policy,
+            "automountServiceAccountToken": False,
+            "securityContext": {
+                "runAsNonRoot": True,
+                "runAsUser": 1000,
+                "seccompProfile": {"type": "RuntimeDefault"},
+            },
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "registry.invalid/e2e/noop:0.0.0",
+                    "command": ["true"],
+                    "resources": {
+                        "requests": {"cpu": "10m", "memory": "16Mi"},
+                        "limits": {"cpu": "100m", "memory": "64Mi"},
+                    },
+                    "securityContext": {
+                        "allowPrivilegeEscalation": False,
+                        "readOnlyRootFilesystem": True,
+                        "capabilities": {"drop": ["ALL"]},
+                    },
+                }
+            ],
+        }
+
+    return make

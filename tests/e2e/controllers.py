@@ -1,0 +1,536 @@
+"""The upstream controllers of the platform as local processes of the e2e control plane.
+
+Each controller (built by ``scripts/tools.sh`` at the pinned version) runs on this machine with
+a kubeconfig that holds **its own ServiceAccount's token** (``kubectl create token``), so the
+RBAC of the upstream install (scripts/install-platform.sh) is enforced by the real API server.
+Leader election is off (one replica). Admission webhooks are served on 127.0.0.1 with a
+self-signed CA made here: the webhook configurations of the upstream install are re-pointed at
+``https://127.0.0.1:<port>/<path>`` with that CA as ``caBundle`` by a :class:`WebhookWirer`,
+which keeps doing so while the install script re-applies the upstream objects (server-side
+apply under kubectl's field manager, so a re-apply swaps ``url`` back to ``service`` cleanly
+instead of leaving both). Webhooks whose server is not run here are set to
+``failurePolicy: Ignore`` with the reason in :data:`IGNORED_WEBHOOKS`.
+
+The kwok nodes run no containers: pods are only simulated, so nothing the controllers start
+(training replicas, predictors, Argo's executor) actually runs; see docs/e2e-controllers.md.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import ipaddress
+import json
+import os
+import signal
+import socket
+import subprocess
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+TOOLS = REPO_ROOT / "scripts" / "tools.sh"
+#: Field manager of ``kubectl apply --server-side`` (the install script's applies).
+KUBECTL_MANAGER = "kubectl"
+#: Webhook configurations (kind, name) -> why they are set to failurePolicy Ignore: their
+#: server is a controller this e2e does not run.
+IGNORED_WEBHOOKS = {
+    ("ValidatingWebhookConfiguration", "llminferenceservice.serving.kserve.io"): (
+        "served by KServe's llmisvc-controller-manager (cmd/llmisvc), not run: the project"
+        " uses no LLMInferenceService"
+    ),
+    ("ValidatingWebhookConfiguration", "llminferenceserviceconfig.serving.kserve.io"): (
+        "served by KServe's llmisvc-controller-manager (cmd/llmisvc), not run: the project"
+        " uses no LLMInferenceServiceConfig (kserve-cluster-resources ships some; they are"
+        " accepted unvalidated)"
+    ),
+    ("MutatingWebhookConfiguration", "llminferenceservice.serving.kserve.io"): (
+        "served by KServe's llmisvc-controller-manager (cmd/llmisvc), not run"
+    ),
+    ("ValidatingWebhookConfiguration", "localmodelcache.serving.kserve.io"): (
+        "served by KServe's localmodel-controller-manager, not run: no LocalModelCache"
+    ),
+}
+
+
+class ControllerError(RuntimeError):
+    """A controller binary is missing, did not start, or a cluster call failed."""
+
+
+def kubectl(kubeconfig: Path, *args: str, input: str | None = None, check: bool = True) -> str:
+    """Run the venv's kubectl against ``kubeconfig``; stdout. Raises ControllerError on failure."""
+    exe = REPO_ROOT / ".venv" / "bin" / "kubectl"
+    proc = subprocess.run(
+        [str(exe), "--kubeconfig", str(kubeconfig), *args],
+        input=input,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if check and proc.returncode != 0:
+        raise ControllerError(f"kubectl {' '.join(args)}: {proc.stderr.strip()}")
+    return proc.stdout
+
+
+def tool_binary(name: str) -> Path:
+    """Path of a binary built by ``scripts/tools.sh``; ControllerError naming the build command."""
+    proc = subprocess.run(
+        ["bash", str(TOOLS), "--bin", name], capture_output=True, text=True, check=False
+    )
+    if proc.returncode != 0:
+        raise ControllerError(
+            f"{name} is not built: run scripts/tools.sh ({proc.stderr.strip()})"
+        )
+    return Path(proc.stdout.strip())
+
+
+def free_port() -> int:
+    """An unused TCP port on 127.0.0.1."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# --- certificates -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Certs:
+    """A self-signed CA and a server certificate for 127.0.0.1 (+ DNS names), PEM bytes."""
+
+    ca_cert: bytes
+    ca_key: bytes
+    cert: bytes
+    key: bytes
+
+    def write(self, certdir: Path) -> None:
+        """Write ``tls.crt``/``tls.key`` (controller-runtime's webhook layout) to ``certdir``."""
+        certdir.mkdir(parents=True, exist_ok=True)
+        (certdir / "tls.crt").write_bytes(self.cert)
+        (certdir / "tls.key").write_bytes(self.key)
+        (certdir / "tls.key").chmod(0o600)
+
+
+def make_certs(ca_name: str, dns_names: list[str]) -> Certs:
+    """A CA named ``ca_name`` (also its DNS SAN, as cert-controller's rotator checks) and a
+    server certificate valid for IP 127.0.0.1 and ``dns_names``, 2048-bit RSA, 1 year."""
+    now = datetime.datetime.now(datetime.UTC)
+    begin, end = now - datetime.timedelta(hours=1), now + datetime.timedelta(days=365)
+
+    def pem_key(k: rsa.RSAPrivateKey) -> bytes:
+        return k.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.TraditionalOpenSSL,
+            serialization.NoEncryption(),
+        )
+
+    ca_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    ca_subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, ca_name)])
+    ca = (
+        x509.CertificateBuilder()
+        .subject_name(ca_subject)
+        .issuer_name(ca_subject)
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(begin)
+        .not_valid_after(end)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                key_encipherment=True,
+                key_cert_sign=True,
+                content_commitment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                crl_sign=False,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName(ca_name)]), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    sans: list[x509.GeneralName] = [x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+    sans += [x509.DNSName(n) for n in dns_names]
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(
+            x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, (dns_names or ["127.0.0.1"])[0])])
+        )
+        .issuer_name(ca_subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(begin)
+        .not_valid_after(end)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .add_extension(x509.SubjectAlternativeName(sans), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    return Certs(
+        ca.public_bytes(serialization.Encoding.PEM),
+        pem_key(ca_key),
+        cert.public_bytes(serialization.Encoding.PEM),
+        pem_key(key),
+    )
+
+
+# --- ServiceAccount kubeconfigs -----------------------------------------------------------------
+
+
+def sa_kubeconfig(
+    admin: Path, namespace: str, sa: str, dest: Path, duration: str = "4h"
+) -> Path:
+    """Write ``dest``: a kubeconfig for ServiceAccount ``namespace/sa`` (a token from
+    ``kubectl create token``), same cluster as ``admin``, default namespace ``namespace``."""
+    token = kubectl(admin, "create", "token", sa, "-n", namespace, f"--duration={duration}").strip()
+    raw = json.loads(kubectl(admin, "config", "view", "--raw", "--minify", "-o", "json"))
+    cluster = raw["clusters"][0]["cluster"]
+    cfg = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "e2e", "cluster": cluster}],
+        "users": [{"name": f"{namespace}-{sa}", "user": {"token": token}}],
+        "contexts": [
+            {
+                "name": "sa",
+                "context": {"cluster": "e2e", "user": f"{namespace}-{sa}", "namespace": namespace},
+            }
+        ],
+        "current-context": "sa",
+    }
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    dest.write_text(yaml.safe_dump(cfg))
+    dest.chmod(0o600)
+    return dest
+
+
+# --- webhook wiring ----------------------------------------------------------------------------
+
+
+@dataclass
+class WebhookTarget:
+    """Webhook configurations served by one local controller: port and CA."""
+
+    port: int
+    ca_cert: bytes
+    configs: list[tuple[str, str]]  # (kind, name)
+
+
+def _wired(obj: dict, target: WebhookTarget | None) -> dict | None:
+    """The apply body that points ``obj``'s webhooks at ``target`` (or sets them to Ignore when
+    ``target`` is None); None when ``obj`` already is so."""
+    body = {
+        "apiVersion": obj["apiVersion"],
+        "kind": obj["kind"],
+        "metadata": {
+            k: v
+            for k, v in obj["metadata"].items()
+            if k in ("name", "labels", "annotations") and v
+        },
+        "webhooks": [],
+    }
+    changed = False
+    for w in obj.get("webhooks") or []:
+        w = dict(w)
+        cc = dict(w.get("clientConfig") or {})
+        if target is None:
+            changed |= w.get("failurePolicy") != "Ignore"
+            w["failurePolicy"] = "Ignore"
+        else:
+            path = (cc.get("service") or {}).get("path") or _url_path(cc.get("url", ""))
+            want = {
+                "url": f"https://127.0.0.1:{target.port}{path}",
+                "caBundle": base64.b64encode(target.ca_cert).decode(),
+            }
+            changed |= cc != want
+            w["clientConfig"] = want
+        body["webhooks"].append(w)
+    return body if changed else None
+
+
+def _url_path(url: str) -> str:
+    return "/" + url.split("/", 3)[3] if url.count("/") >= 3 else "/"
+
+
+class WebhookWirer(threading.Thread):
+    """Keeps webhook configurations pointed at local controllers (see the module docstring).
+
+    Polls every ``interval`` seconds; re-wires a configuration that the install script has just
+    re-applied from upstream. ``errors`` collects failures (the tests assert it is empty).
+    """
+
+    def __init__(self, admin: Path, interval: float = 0.5) -> None:
+        super().__init__(daemon=True, name="webhook-wirer")
+        self.admin = admin
+        self.interval = interval
+        self.targets: dict[tuple[str, str], WebhookTarget | None] = dict.fromkeys(
+            IGNORED_WEBHOOKS
+        )
+        self.errors: list[str] = []
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+
+    def add(self, target: WebhookTarget) -> None:
+        """Wire ``target.configs`` from now on."""
+        with self._lock:
+            for c in target.configs:
+                self.targets[c] = target
+
+    def wire_once(self) -> int:
+        """One pass; number of configurations changed."""
+        with self._lock:
+            items = list(self.targets.items())
+        n = 0
+        for kinds in ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"):
+            names = [name for (kind, name), _ in items if kind == kinds]
+            if not names:
+                continue
+            out = kubectl(
+                self.admin, "get", kinds.lower(), "-o", "json", check=False
+            )
+            live = {o["metadata"]["name"]: o for o in json.loads(out or '{"items":[]}')["items"]}
+            for name in names:
+                if name not in live:
+                    continue
+                body = _wired(live[name], self.targets[(kinds, name)])
+                if body is None:
+                    continue
+                proc = subprocess.run(
+                    [
+                        str(REPO_ROOT / ".venv" / "bin" / "kubectl"),
+                        "--kubeconfig",
+                        str(self.admin),
+                        "apply",
+                        "--server-side",
+                        "--force-conflicts",
+                        f"--field-manager={KUBECTL_MANAGER}",
+                        "-f",
+                        "-",
+                    ],
+                    input=json.dumps(body),
+                    capture_output=True,
+                    text=True,
+                    check=False,
+                )
+                if proc.returncode != 0:
+                    self.errors.append(f"{kinds}/{name}: {proc.stderr.strip()}")
+                else:
+                    n += 1
+        return n
+
+    def run(self) -> None:  # noqa: D102 (threading.Thread API)
+        while not self._stop.is_set():
+            try:
+                self.wire_once()
+            except Exception as e:  # noqa: BLE001 - reported through .errors, never lost
+                self.errors.append(repr(e))
+            self._stop.wait(self.interval)
+
+    def stop(self) -> None:
+        """Stop polling (joins the thread)."""
+        self._stop.set()
+        self.join(timeout=10)
+
+
+# --- processes ---------------------------------------------------------------------------------
+
+
+@dataclass
+class Controller:
+    """One controller process (its own process group) and its log file."""
+
+    name: str
+    argv: list[str]
+    env: dict[str, str]
+    log: Path
+    health_url: str | None = None
+    proc: subprocess.Popen | None = field(default=None, repr=False)
+
+    def start(self) -> None:
+        """Start the process in a new session (process group) with output to ``log``."""
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        with self.log.open("ab") as out:
+            self.proc = subprocess.Popen(
+                self.argv,
+                env={**os.environ, **self.env},
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+
+    def alive(self) -> bool:
+        """True while the process runs."""
+        return self.proc is not None and self.proc.poll() is None
+
+    def tail(self, n: int = 40) -> str:
+        """The last ``n`` lines of the log (for failure messages)."""
+        try:
+            return "\n".join(self.log.read_text(errors="replace").splitlines()[-n:])
+        except OSError:
+            return ""
+
+    def wait_ready(self, timeout: float = 120) -> None:
+        """Wait until ``health_url`` answers 200 (or, without one, 2 s alive); raises
+        ControllerError with the log tail when the process exits or time runs out."""
+        import urllib.error
+        import urllib.request
+
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not self.alive():
+                raise ControllerError(f"{self.name} exited:\n{self.tail()}")
+            if self.health_url is None:
+                time.sleep(2)
+                if self.alive():
+                    return
+                continue
+            try:
+                with urllib.request.urlopen(self.health_url, timeout=2) as r:
+                    if r.status == 200:
+                        return
+            except (urllib.error.URLError, OSError):
+                pass
+            time.sleep(0.5)
+        raise ControllerError(f"{self.name} not ready after {timeout}s:\n{self.tail()}")
+
+    def stop(self) -> None:
+        """SIGTERM the whole process group, SIGKILL it after 10 s."""
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        pgid = os.getpgid(self.proc.pid)
+        os.killpg(pgid, signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(pgid, signal.SIGKILL)
+            self.proc.wait(timeout=10)
+
+
+TO_CA = "training-operator-ca"  # cert-controller rotator's CAName in training-operator v1.9.4
+TO_SECRET = "training-operator-webhook-cert"  # --webhook-secret-name default
+TO_WEBHOOK = ("ValidatingWebhookConfiguration", "validator.training-operator.kubeflow.org")
+KSERVE_WEBHOOKS = [
+    ("MutatingWebhookConfiguration", "inferenceservice.serving.kserve.io"),
+    ("ValidatingWebhookConfiguration", "clusterservingruntime.serving.kserve.io"),
+    ("ValidatingWebhookConfiguration", "inferencegraph.serving.kserve.io"),
+    ("ValidatingWebhookConfiguration", "inferenceservice.serving.kserve.io"),
+    ("ValidatingWebhookConfiguration", "servingruntime.serving.kserve.io"),
+    ("ValidatingWebhookConfiguration", "trainedmodel.serving.kserve.io"),
+]
+
+
+def wait_for(kubeconfig: Path, what: list[str], timeout: float = 300) -> None:
+    """Wait until every ``kind/name -n ns`` in ``what`` exists (``kubectl get`` succeeds)."""
+    deadline = time.monotonic() + timeout
+    pending = list(what)
+    while pending:
+        pending = [w for w in pending if kubectl(kubeconfig, "get", *w.split(), check=False) == ""]
+        if not pending:
+            return
+        if time.monotonic() > deadline:
+            raise ControllerError(f"not created within {timeout}s: {pending}")
+        time.sleep(1)
+
+
+def training_operator(admin: Path, workdir: Path, wirer: WebhookWirer) -> Controller:
+    """training-operator v1.9.4 as ServiceAccount kubeflow/training-operator.
+
+    Its webhook certificates are managed by its own cert rotator (open-policy-agent
+    cert-controller), which keeps a valid CA/cert it finds in Secret
+    ``kubeflow/training-operator-webhook-cert``, writes it to the fixed directory
+    /tmp/k8s-webhook-server/serving-certs and injects the CA into
+    ``validator.training-operator.kubeflow.org``. The Secret is seeded here with a certificate
+    that is also valid for 127.0.0.1 (the rotator's own covers only the Service DNS name, which
+    the API server cannot reach: there is no kube-proxy). Not started (caller's job).
+    """
+    wait_for(admin, ["sa/training-operator -n kubeflow", f"secret/{TO_SECRET} -n kubeflow"])
+    certs = make_certs(TO_CA, ["training-operator.kubeflow.svc"])
+    data = {
+        "ca.crt": certs.ca_cert,
+        "ca.key": certs.ca_key,
+        "tls.crt": certs.cert,
+        "tls.key": certs.key,
+    }
+    patch = {"data": {k: base64.b64encode(v).decode() for k, v in data.items()}}
+    kubectl(
+        admin, "patch", "secret", TO_SECRET, "-n", "kubeflow", "--type=merge",
+        "--field-manager=e2e-certs", "-p", json.dumps(patch),
+    )  # fmt: skip
+    kc = sa_kubeconfig(admin, "kubeflow", "training-operator", workdir / "training-operator.kubeconfig")
+    port, probe, metrics = free_port(), free_port(), free_port()
+    wirer.add(WebhookTarget(port, certs.ca_cert, [TO_WEBHOOK]))
+    return Controller(
+        "training-operator",
+        [
+            str(tool_binary("training-operator")),
+            f"--kubeconfig={kc}",
+            f"--webhook-server-port={port}",
+            f"--health-probe-bind-address=127.0.0.1:{probe}",
+            f"--metrics-bind-address=127.0.0.1:{metrics}",
+            "--leader-elect=false",
+        ],
+        {"MY_POD_NAMESPACE": "kubeflow", "KUBECONFIG": str(kc)},
+        workdir / "training-operator.log",
+        health_url=f"http://127.0.0.1:{probe}/readyz",
+    )
+
+
+def kserve(admin: Path, workdir: Path, wirer: WebhookWirer) -> Controller:
+    """KServe v0.20.0's controller manager as ServiceAccount kserve/kserve-controller-manager.
+
+    Its webhook server (controller-runtime) reads ``tls.crt``/``tls.key`` from
+    ``$TMPDIR/k8s-webhook-server/serving-certs``: TMPDIR points into ``workdir``, where
+    certificates made here are written (upstream gets them from cert-manager, which the e2e
+    does not run). Not started (caller's job).
+    """
+    wait_for(
+        admin,
+        ["sa/kserve-controller-manager -n kserve", "configmap/inferenceservice-config -n kserve"],
+    )
+    certs = make_certs("kserve-e2e-ca", ["kserve-webhook-server-service.kserve.svc"])
+    tmp = workdir / "kserve-tmp"
+    certs.write(tmp / "k8s-webhook-server" / "serving-certs")
+    kc = sa_kubeconfig(admin, "kserve", "kserve-controller-manager", workdir / "kserve.kubeconfig")
+    port, probe, metrics = free_port(), free_port(), free_port()
+    wirer.add(WebhookTarget(port, certs.ca_cert, KSERVE_WEBHOOKS))
+    return Controller(
+        "kserve-controller-manager",
+        [
+            str(tool_binary("kserve-manager")),
+            f"--kubeconfig={kc}",
+            f"--webhook-port={port}",
+            f"--health-probe-addr=127.0.0.1:{probe}",
+            f"--metrics-addr=127.0.0.1:{metrics}",
+            "--leader-elect=false",
+        ],
+        {"POD_NAMESPACE": "kserve", "KUBECONFIG": str(kc), "TMPDIR": str(tmp)},
+        workdir / "kserve.log",
+        health_url=f"http://127.0.0.1:{probe}/readyz",
+    )
+
+
+def workflow_controller(admin: Path, workdir: Path) -> Controller:
+    """Argo's workflow-controller as ServiceAccount argo/argo (namespace from the kubeconfig
+    context), leader election off (LEADER_ELECTION_DISABLE). Health: :6060/healthz (fixed port
+    upstream). Not started (caller's job)."""
+    wait_for(admin, ["sa/argo -n argo", "configmap/workflow-controller-configmap -n argo"])
+    kc = sa_kubeconfig(admin, "argo", "argo", workdir / "argo.kubeconfig")
+    return Controller(
+        "workflow-controller",
+        [str(tool_binary("workflow-controller")), f"--kubeconfig={kc}", "--loglevel=info"],
+        {"LEADER_ELECTION_DISABLE": "true", "KUBECONFIG": str(kc)},
+        workdir / "workflow-controller.log",
+        health_url="http://127.0.0.1:6060/healthz",
+    )
