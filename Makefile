@@ -48,7 +48,7 @@ $(STAMP): pyproject.toml
 venv: $(STAMP) ## create/refresh .venv from pyproject.toml
 
 demo: $(STAMP) ## run the whole pipeline locally: ingest -> train x3 (2 workers each) -> select -> serve -> predict
-	$(PY) -m training.pipeline --work-dir $(WORK_DIR) --budget $(BUDGET)
+	$(PY) -m fmnist_pipeline --work-dir $(WORK_DIR) --budget $(BUDGET)
 
 test: $(STAMP) lint kubeconform ## lint, then the whole test suite (offline with MIRROR_DIR; not tests/e2e)
 	$(PY) -m pytest --ignore=tests/e2e $(PYTEST_ARGS)

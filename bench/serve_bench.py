@@ -4,9 +4,10 @@ called directly with one image (the ceiling).
 
     python bench/serve_bench.py [--model-base-path work/models/fashion-mnist] [--duration 8]
 
-Load comes from ``hey`` when installed (else a small asyncio/httpx client), on loopback only.
-Writes ``bench/results/serve_bench.json`` and ``bench/results/serve_bench.md``.
-Not a timed test: run it on an otherwise idle machine.
+Needs a published model (``make demo`` first; the default is ``work/models/fashion-mnist`` of
+this checkout, whatever the current directory). Load comes from ``hey`` when installed (else a
+small asyncio/httpx client), on loopback only. Writes ``bench/results/serve_bench.json`` and
+``bench/results/serve_bench.md``. Not a timed test: run it on an otherwise idle machine.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import os
 import platform
 import re
@@ -25,9 +27,14 @@ import tempfile
 import time
 from pathlib import Path
 
+from fmnist_common import MODEL_NAME, predict_body
+from fmnist_common.cli import ConfigError, run_cli
+from serving.launch import ServerStartError
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "bench" / "results"
+log = logging.getLogger("bench")
+RESULTS = Path(__file__).resolve().parent / "results"
+DEFAULT_MODEL_BASE = Path(__file__).resolve().parents[1] / "work" / "models" / MODEL_NAME
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -65,11 +72,11 @@ def in_process(version_dir: Path, image: bytes, seconds: float) -> dict:
 
 def run_hey(url: str, payload: Path, concurrency: int, seconds: float) -> dict:
     """``hey -z <seconds>s -c <concurrency>`` and its parsed summary."""
+    cmd = ["hey", "-z", f"{seconds}s", "-c", str(concurrency), "-m", "POST"]
+    cmd += ["-T", "application/json", "-D", str(payload), url]
     out = subprocess.run(
-        ["hey", "-z", f"{seconds}s", "-c", str(concurrency), "-m", "POST",
-         "-T", "application/json", "-D", str(payload), url],
-        capture_output=True, text=True, timeout=seconds + 60, check=True,
-    ).stdout  # fmt: skip
+        cmd, capture_output=True, text=True, timeout=seconds + 60, check=True
+    ).stdout
 
     def grab(pattern):
         m = re.search(pattern, out)
@@ -117,21 +124,18 @@ def run_httpx(url: str, body: bytes, concurrency: int, seconds: float) -> dict:
     }
 
 
-def ensure_model(base: Path | None) -> tuple[Path, Path]:
-    """``(base, version dir)``: the given/published model, else a freshly exported small one."""
-    sys.path.insert(0, str(ROOT / "src"))
-    from serving.model import ModelVersionNotFoundError, find_latest_version
+def find_model(base: Path) -> Path:
+    """The version directory the server will serve from ``base`` (its highest version).
 
-    if base is not None:
-        try:
-            return base, find_latest_version(base)[1]
-        except ModelVersionNotFoundError:
-            print(f"no model under {base}; exporting a small one", file=sys.stderr)
-    from serving.fixtures import export_small_model
+    Raises:
+        ConfigError: no published version under ``base`` (run ``make demo`` first).
+    """
+    from serving.versions import ModelVersionNotFoundError, find_latest_version
 
-    tmp = Path(tempfile.mkdtemp(prefix="serve-bench-")) / "fashion-mnist"
-    export_small_model(tmp, 1, train_examples=2048)
-    return tmp, tmp / "1"
+    try:
+        return find_latest_version(base)[1]
+    except ModelVersionNotFoundError as exc:
+        raise ConfigError(f"{exc}; run make demo first or pass --model-base-path") from exc
 
 
 def write_results(result: dict) -> None:
@@ -169,30 +173,34 @@ def write_results(result: dict) -> None:
     print("\n".join(lines))
 
 
-def main() -> int:
-    """Run the benchmark; returns 0."""
-    p = argparse.ArgumentParser(description=__doc__)
-    p.add_argument("--model-base-path", type=Path, default=ROOT / "work/models/fashion-mnist")
+def build_parser() -> argparse.ArgumentParser:
+    """Options: model base path, seconds per level, concurrency levels, extra server args."""
+    p = argparse.ArgumentParser(prog="bench/serve_bench.py", description=__doc__.split("\n\n")[0])
+    p.add_argument("--model-base-path", type=Path, default=DEFAULT_MODEL_BASE)
     p.add_argument("--duration", type=float, default=8.0, help="seconds per measurement")
     p.add_argument("--concurrency", type=int, nargs="+", default=[1, 5, 16])
     p.add_argument("--server-arg", action="append", default=[], help="extra serving.server arg")
-    args = p.parse_args()
+    return p
 
-    base, version_dir = ensure_model(args.model_base_path)
+
+def main(args: argparse.Namespace) -> int:
+    """Run the benchmark and write the results; returns 0.
+
+    Raises:
+        ConfigError: no published model under ``--model-base-path``.
+    """
     from serving.launch import LocalServer
     from training.data import encode_images, load_numpy
 
+    version_dir = find_model(args.model_base_path)
     images, _ = load_numpy("test", limit=1)
     jpeg = encode_images(images, "jpeg")[0]
-    sys.path.insert(0, str(ROOT))
-    from loadtest.payload import predict_body
-
     body = json.dumps(predict_body([jpeg])).encode()
     payload = Path(tempfile.mkdtemp(prefix="serve-bench-")) / "input.json"
     payload.write_bytes(body)
 
     http = []
-    with LocalServer(base, extra_args=args.server_arg) as server:
+    with LocalServer(args.model_base_path, extra_args=args.server_arg) as server:
         for c in args.concurrency:
             if shutil.which("hey"):
                 r = run_hey(server.predict_url, payload, c, args.duration)
@@ -200,11 +208,17 @@ def main() -> int:
                 r = run_httpx(server.predict_url, body, c, args.duration)
             r["concurrency"] = c
             http.append(r)
-            print(f"c={c}: {r['req_per_s']:.0f} req/s p50 {r['p50_ms']:.1f} ms "
-                  f"p99 {r['p99_ms']:.1f} ms {r['status_codes']}", flush=True)  # fmt: skip
+            log.info(
+                "c=%d: %.0f req/s p50 %.1f ms p99 %.1f ms %s",
+                c,
+                r["req_per_s"],
+                r["p50_ms"],
+                r["p99_ms"],
+                r["status_codes"],
+            )
     # in-process after the server stopped, so both get the machine to themselves
     ip = in_process(version_dir, jpeg, args.duration)
-    print(f"in-process: {ip['img_per_s']:.0f} img/s", flush=True)
+    log.info("in-process: %.0f img/s", ip["img_per_s"])
     write_results(
         {
             "date": time.strftime("%Y-%m-%d"),
@@ -221,5 +235,10 @@ def main() -> int:
     return 0
 
 
+def cli(argv: list[str] | None = None) -> int:
+    """Console entry point (``python bench/serve_bench.py``)."""
+    return run_cli(main, build_parser(), (ServerStartError,), argv)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(cli())

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import platform
 import statistics
@@ -23,18 +24,28 @@ import tempfile
 import time
 from pathlib import Path
 
-import training  # noqa: F401
-from training.data import encode_images, load_numpy
-from training.launcher import launch
-from training.models import MODEL_TYPES
-from training.pipeline import BUDGETS, train_args
+from fmnist_common import MODEL_TYPES
+from fmnist_common.cli import run_cli
+from fmnist_pipeline.run import BUDGETS, train_args
+from training.launcher import LaunchError, launch
 from training.select import evaluate_candidate
 
-RESULTS = Path(__file__).parent / "results"
+log = logging.getLogger("bench")
+RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def bench_one(model_type: str, budget: str, workers: int, data_dir: str | None, encoded, labels):
-    """Train one variant with ``workers`` replicas; returns a result row (dict)."""
+    """Train one variant with ``workers`` replicas and evaluate it on ``encoded`` images.
+
+    Args:
+        encoded: the whole test split as JPEG bytes; labels: ``int64 [N]``.
+
+    Returns:
+        A result row (dict: wall and fit seconds, steady images/s, test accuracy and loss).
+
+    Raises:
+        LaunchError: a replica failed.
+    """
     with tempfile.TemporaryDirectory(prefix="train-bench-") as tmp:
         work = Path(tmp)
         args = train_args(model_type, work, "bench", BUDGETS[budget], data_dir)
@@ -74,14 +85,19 @@ def to_markdown(rows: list[dict], meta: dict) -> str:
     return f"{head}{body}\n{meta['cpu']}, {meta['cores']} cores, {meta['date']}\n"
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Run the benchmark and write the results; exit 0."""
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def build_parser() -> argparse.ArgumentParser:
+    """Options: budget, model types, workers, tfds data dir."""
+    p = argparse.ArgumentParser(prog="bench/train_bench.py", description=__doc__.splitlines()[0])
     p.add_argument("--budget", choices=sorted(BUDGETS), default="full")
     p.add_argument("--model-types", nargs="+", choices=MODEL_TYPES, default=list(MODEL_TYPES))
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--data-dir", default=os.environ.get("TFDS_DATA_DIR"))
-    args = p.parse_args(argv)
+    return p
+
+
+def main(args: argparse.Namespace) -> int:
+    """Run the benchmark and write the results; returns 0."""
+    from training.data import encode_images, load_numpy
 
     images, labels = load_numpy("test", args.data_dir)
     encoded = encode_images(images, "jpeg")
@@ -90,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(
             bench_one(model_type, args.budget, args.workers, args.data_dir, encoded, labels)
         )
-        print(json.dumps(rows[-1]), flush=True)
+        log.info("%s", json.dumps(rows[-1]))
     meta = {
         "cpu": platform.processor() or platform.machine(),
         "cores": os.cpu_count(),
@@ -106,5 +122,11 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def cli(argv: list[str] | None = None) -> int:
+    """Console entry point (``python bench/train_bench.py``); exit 1 when a replica fails or
+    the dataset is missing."""
+    return run_cli(main, build_parser(), (LaunchError, FileNotFoundError), argv)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(cli())

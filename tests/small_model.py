@@ -1,4 +1,4 @@
-"""Small real models for tests and benchmarks (needs the training package and TensorFlow).
+"""A small real model for the serving and load-test tests (needs TensorFlow).
 
 :func:`export_small_model` builds a ``training.models`` model, fits it briefly on a slice of the
 real Fashion-MNIST training split (``$TFDS_DATA_DIR``) and exports it with
@@ -24,7 +24,7 @@ def export_small_model(
     Args:
         base_path: serving base path (created if missing).
         version: integer version directory to write (must not exist).
-        model_type: ``cnn``, ``dropout`` or ``batch_norm``.
+        model_type: one of :data:`fmnist_common.MODEL_TYPES`.
         train_examples: first N training examples used (0: no training, random weights).
         epochs: passes over those examples (batch size 64).
         seed: weight initialisation seed.

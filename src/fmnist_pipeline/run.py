@@ -1,41 +1,32 @@
-"""The whole pipeline on one machine: ``make demo``.
+"""The stages of ``make demo``, its training budgets and its command line.
 
-ingest -> train ``cnn``, ``dropout``, ``batch_norm`` (each as 2 worker processes with
-``TF_CONFIG`` over loopback, one after the other: this machine has 2 cores) -> select ->
-serve (the ``serving`` model server on a free loopback port) -> predict real test images ->
-summary table -> stop the server.
+    python -m fmnist_pipeline --work-dir work --budget quick [--model-types cnn] [--no-serve]
 
-The work dir mirrors the PVC layout the cluster uses (``/mnt/shared``)::
-
-    work/checkpoints/<model-type>/<run-id>/   work/tensorboard/<model-type>/<run-id>/
-    work/candidates/<model-type>/             work/models/fashion-mnist/<version>/
-    work/reports/selection.json               work/reports/training_curves.png
+Exit 0 when every stage passed; 1 with one line on stderr when a stage failed (no dataset, a
+replica crashed, nothing valid to publish, the server did not start); see
+:mod:`fmnist_common.cli`.
 """
 
 from __future__ import annotations
 
 import argparse
-import base64
 import json
 import logging
 import os
-import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
-import training  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
-from training.models import MODEL_TYPES
+from fmnist_common import CLASS_NAMES, MODEL_NAME, MODEL_TYPES
+from fmnist_common.cli import ConfigError, run_cli
 
-log = logging.getLogger("training.pipeline")
-MODEL_NAME = "fashion-mnist"
+log = logging.getLogger(__name__)
 
-# Training budgets. "quick" is the demo default (~5 min on 2 cores); "full" is the budget the
-# benchmark and the cluster use (see bench/train_bench.py and README).
+# Local training budgets. "quick" is the demo default (<= 3 min for the whole pipeline on
+# 2 cores); "full" is the budget of the training benchmark (bench/train_bench.py); "smoke" is
+# the end-to-end test's minute of training. The cluster's budget is set in its overlays.
 BUDGETS: dict[str, dict] = {
-    "smoke": {  # the end-to-end test: a minute of training in all
+    "smoke": {
         "epochs": 1,
         "train_examples": 2_048,
         "validation_examples": 512,
@@ -59,99 +50,86 @@ BUDGETS: dict[str, dict] = {
 }
 
 
-def train_args(model_type: str, work: Path, run_id: str, budget: dict, data_dir: str | None):
-    """The ``python -m training.train`` arguments for one variant (as in the TFJob manifests)."""
-    args = [
-        "--model-type", model_type,
-        "--epochs", str(budget["epochs"]),
-        "--batch-size-per-replica", str(budget["batch_size_per_replica"]),
-        "--learning-rate", str(budget["learning_rate"]),
-        "--lr-schedule", "cosine",
-        "--train-examples", str(budget["train_examples"]),
-        "--validation-examples", str(budget["validation_examples"]),
-        "--checkpoint-dir", str(work / "checkpoints"),
-        "--tensorboard-dir", str(work / "tensorboard"),
-        "--saved-model-dir", str(work / "candidates" / model_type),
-        "--run-id", run_id,
-    ]  # fmt: skip
+class PipelineError(RuntimeError):
+    """A stage reported failure through its exit code."""
+
+
+def train_args(
+    model_type: str, work: Path, run_id: str, budget: dict, data_dir: str | None
+) -> list[str]:
+    """The ``python -m training.train`` arguments for one variant (as in the TFJob manifests).
+
+    Args:
+        model_type: one of :data:`fmnist_common.MODEL_TYPES`.
+        work: the work dir (plays the PVC): checkpoints, TensorBoard logs and the candidate
+            SavedModel go below it.
+        run_id: names this run's checkpoint and TensorBoard directories.
+        budget: one of :data:`BUDGETS` (epochs, examples, batch size per replica, learning rate).
+        data_dir: tfds data dir, or ``None`` for ``$TFDS_DATA_DIR``.
+    """
+    options = {
+        "--model-type": model_type,
+        "--epochs": budget["epochs"],
+        "--batch-size-per-replica": budget["batch_size_per_replica"],
+        "--learning-rate": budget["learning_rate"],
+        "--lr-schedule": "cosine",
+        "--train-examples": budget["train_examples"],
+        "--validation-examples": budget["validation_examples"],
+        "--checkpoint-dir": work / "checkpoints",
+        "--tensorboard-dir": work / "tensorboard",
+        "--saved-model-dir": work / "candidates" / model_type,
+        "--run-id": run_id,
+    }
     if data_dir:
-        args += ["--data-dir", data_dir]
-    return args
+        options["--data-dir"] = data_dir
+    return [str(item) for option in options.items() for item in option]
 
 
-def wait_ready(url: str, proc: subprocess.Popen, timeout: float = 120.0) -> None:
-    """Poll ``GET url`` until it answers 200 with ``"ready": true`` (KServe V1 model status).
+def run_stage(module, argv: list[str]) -> None:
+    """Run a stage module's ``main`` on ``argv`` parsed by the module's own parser.
+
+    The stage's own exceptions propagate unchanged.
 
     Raises:
-        RuntimeError: the server exited or did not become ready within ``timeout`` seconds.
+        PipelineError: ``main`` returned a non-zero exit code.
     """
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"model server exited with code {proc.returncode}")
-        try:
-            with urllib.request.urlopen(url, timeout=2) as r:
-                if r.status == 200 and json.loads(r.read()).get("ready", False):
-                    return
-        except (urllib.error.URLError, OSError, ValueError):
-            pass
-        time.sleep(0.5)
-    raise RuntimeError(f"model server not ready at {url} after {timeout:.0f} s")
-
-
-def predict(base_url: str, images: list[bytes]) -> list[list[float]]:
-    """``POST /v1/models/fashion-mnist:predict`` with ``{"instances": [{"b64": ...}]}``."""
-    body = json.dumps(
-        {"instances": [{"b64": base64.b64encode(b).decode("ascii")} for b in images]}
-    ).encode()
-    req = urllib.request.Request(
-        f"{base_url}/v1/models/{MODEL_NAME}:predict",
-        data=body,
-        headers={"Content-Type": "application/json"},
-    )
-    with urllib.request.urlopen(req, timeout=30) as r:
-        return json.loads(r.read())["predictions"]
+    code = module.main(module.build_parser().parse_args(argv))
+    if isinstance(code, int) and code != 0:
+        raise PipelineError(f"{module.__name__} exited with code {code}")
 
 
 def serve_and_predict(work: Path, data_dir: str | None, n_images: int) -> list[dict]:
-    """Start the model server on the published versions, classify test images, stop it."""
-    from training.data import CLASS_NAMES, encode_images, load_numpy
-    from training.launcher import free_ports
+    """Serve the published versions on loopback, classify ``n_images`` test images, stop.
 
-    port = free_ports(1)[0]
-    cmd = [
-        sys.executable, "-m", "serving.server",
-        "--model_name", MODEL_NAME,
-        "--model_base_path", str(work / "models" / MODEL_NAME),
-        "--http_port", str(port),
-        "--http_host", "127.0.0.1",  # the demo server is for this machine only
-    ]  # fmt: skip
-    log.info("starting the model server: %s", " ".join(cmd))
-    proc = subprocess.Popen(cmd)
-    base = f"http://127.0.0.1:{port}"
+    Returns:
+        One ``{"true", "predicted", "probability"}`` row per image (class names, float).
+
+    Raises:
+        ServerStartError: the server did not become ready; PredictError / OSError: the
+        prediction request failed.
+    """
+    from serving.client import predict, top_k
+    from serving.launch import LocalServer
+    from training.data import encode_images, load_numpy
+
+    images, labels = load_numpy("test", data_dir, n_images)
+    server_log = work / "reports" / "server.log"
+    server = LocalServer(work / "models" / MODEL_NAME, log_path=server_log, ready_timeout=120)
+    log.info("starting the model server (log: %s): %s", server_log, " ".join(server.command()))
     try:
-        wait_ready(f"{base}/v1/models/{MODEL_NAME}", proc)
-        images, labels = load_numpy("test", data_dir, n_images)
-        preds = predict(base, encode_images(images, "jpeg"))
-        rows = []
-        for probs, label in zip(preds, labels, strict=True):
-            k = max(range(len(probs)), key=probs.__getitem__)
-            rows.append(
-                {"true": CLASS_NAMES[label], "predicted": CLASS_NAMES[k], "probability": probs[k]}
-            )
-        return rows
+        server.start()
+        predictions = predict(server.url, encode_images(images, "jpeg"))
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.info("model server stopped (exit code %s)", proc.returncode)
+        log.info("model server stopped (exit code %s)", server.stop())
+    rows = []
+    for probs, label in zip(predictions, labels, strict=True):
+        (name, p), *_ = top_k(probs, 1)
+        rows.append({"true": CLASS_NAMES[label], "predicted": name, "probability": p})
+    return rows
 
 
 def format_summary(report: dict, histories: dict[str, dict], predictions: list[dict]) -> str:
-    """The table ``make demo`` prints at the end."""
+    """The table ``make demo`` prints at the end (selection report, training speed, answers)."""
     lines = [
         "",
         f"{'model':<11}{'test acc':>9}{'test loss':>10}{'fit s':>9}{'img/s':>8}  status",
@@ -180,9 +158,9 @@ def format_summary(report: dict, histories: dict[str, dict], predictions: list[d
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The pipeline CLI (``make demo``)."""
+    """The pipeline's options (``make demo``)."""
     p = argparse.ArgumentParser(
-        prog="python -m training.pipeline",
+        prog="python -m fmnist_pipeline",
         description="ingest -> train x3 (2 workers each) -> select -> serve -> predict",
     )
     p.add_argument("--work-dir", default="work", help="plays the role of the PVC")
@@ -196,22 +174,33 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(args: argparse.Namespace) -> dict:
-    """Run every stage; returns the selection report. Raises on the first failing stage."""
+def main(args: argparse.Namespace) -> int:
+    """Run every stage and print the summary; returns 0.
+
+    Raises:
+        ConfigError: ``--num-workers`` or ``--predict-images`` below 1.
+        The first failing stage's error (see :func:`cli` for the list).
+    """
+    import tensorflow_datasets as tfds
+
+    from fmnist_pipeline.plots import load_histories, plot_training_curves
     from training import ingest
     from training import select as selection
+    from training.data import DATASET_NAME, DATASET_VERSION
     from training.launcher import launch
-    from training.plots import load_histories, plot_training_curves
 
+    if args.num_workers < 1 or args.predict_images < 1:
+        raise ConfigError("--num-workers and --predict-images must be at least 1")
     work = Path(args.work_dir).resolve()
     work.mkdir(parents=True, exist_ok=True)
     budget = BUDGETS[args.budget]
     run_id = args.run_id or time.strftime("demo-%Y%m%d-%H%M%S")
+    data_dir = args.data_dir or os.environ.get("TFDS_DATA_DIR") or None
+    data_args = ["--data-dir", data_dir] if data_dir else []
     t_start = time.perf_counter()
 
     log.info("== 1/5 ingest")
-    ingested = ingest.main(argparse.Namespace(data_dir=args.data_dir, no_download=False))
-    data_dir = args.data_dir or os.environ.get("TFDS_DATA_DIR") or None
+    run_stage(ingest, data_args)
 
     log.info(
         "== 2/5 train %s (%d workers each, budget %s)",
@@ -229,22 +218,15 @@ def main(args: argparse.Namespace) -> dict:
 
     log.info("== 3/5 select")
     report_path = work / "reports" / "selection.json"
-    sel_args = selection.build_parser().parse_args(
-        [
-            "--candidates-dir",
-            str(work / "candidates"),
-            "--serving-base-path",
-            str(work / "models" / MODEL_NAME),
-            "--report",
-            str(report_path),
-            "--model-types",
-            *args.model_types,
-            "--run-id",
-            run_id,
-        ]  # fmt: skip
-        + (["--data-dir", data_dir] if data_dir else [])
-    )
-    report = selection.main(sel_args)
+    select_options = {
+        "--candidates-dir": work / "candidates",
+        "--serving-base-path": work / "models" / MODEL_NAME,
+        "--report": report_path,
+        "--run-id": run_id,
+    }
+    select_args = [str(item) for option in select_options.items() for item in option]
+    run_stage(selection, [*select_args, "--model-types", *args.model_types, *data_args])
+    report = json.loads(report_path.read_text())
     histories = load_histories(work / "candidates", args.model_types)
     curves = plot_training_curves(histories, work / "reports" / "training_curves.png")
     log.info("training curves: %s", curves)
@@ -255,25 +237,24 @@ def main(args: argparse.Namespace) -> dict:
         predictions = serve_and_predict(work, data_dir, args.predict_images)
 
     log.info("== 5/5 summary")
+    dataset = tfds.builder(f"{DATASET_NAME}:{DATASET_VERSION}", data_dir=data_dir).data_dir
     print(format_summary(report, histories, predictions))
-    print(f"\nreport: {report_path}\ncurves: {curves}\ndata:   {ingested['data_dir']}")
+    print(f"\nreport: {report_path}\ncurves: {curves}\ndata:   {dataset}")
     print(f"total: {time.perf_counter() - t_start:.0f} s")
-    return report
+    return 0
 
 
 def cli(argv: list[str] | None = None) -> int:
-    """Console entry point (``fmnist-pipeline``); exit 1 with a message when a stage fails."""
-    training.configure_logging()
+    """Console entry point (``fmnist-pipeline``, ``make demo``); exit 1 with one line on stderr
+    when a stage fails."""
+    from serving.client import PredictError
+    from serving.launch import ServerStartError
     from training.ingest import IngestError
     from training.launcher import LaunchError
     from training.select import SelectionError
 
-    try:
-        main(build_parser().parse_args(argv))
-    except (IngestError, LaunchError, SelectionError, RuntimeError, FileNotFoundError) as exc:
-        log.error("pipeline failed: %s", exc)
-        return 1
-    return 0
+    expected = (IngestError, LaunchError, SelectionError, ServerStartError, PredictError)
+    return run_cli(main, build_parser(), (*expected, PipelineError, OSError), argv)
 
 
 if __name__ == "__main__":

@@ -5,7 +5,9 @@ Modules:
     subclass that serves the highest published SavedModel version;
   * :mod:`serving.server`: command line (``python -m serving.server``) built on KServe's own
     argument parser and ``ModelServer``;
-  * :mod:`serving.client`: command-line client (``python -m serving.client IMAGE...``).
+  * :mod:`serving.client`: command-line client (``python -m serving.client IMAGE...``);
+  * :mod:`serving.launch`: the server as a loopback child process (local pipeline, load tests,
+    benchmarks, tests).
 
 Wire format (TF Serving "row" format = KServe V1, so the same client works against KServe's
 TensorFlow runtime in the cluster)::
@@ -17,9 +19,9 @@ TensorFlow runtime in the cluster)::
 
 import os
 
+from fmnist_common import MODEL_NAME as DEFAULT_MODEL_NAME  # noqa: F401  (stated there once)
+
 # The SavedModel only needs core TensorFlow, but keep Keras 2 selected if anything in the same
 # process imports tf.keras (tests build models with training.models).
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-
-DEFAULT_MODEL_NAME = "fashion-mnist"

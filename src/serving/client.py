@@ -4,36 +4,31 @@
     python -m serving.client --url http://localhost:8080 \\
         --host fashion-mnist.fashion-mnist.example.com shoe.jpg      # through an ingress
 
-Prints the top-3 classes with their probabilities for every image. Standard library only.
+Prints the top-3 classes with their probabilities for every image; exit 1 with one line on
+stderr when a file cannot be read or the server refuses the request. Standard library only.
 """
 
 from __future__ import annotations
 
 import argparse
-import base64
 import json
 import sys
 import urllib.error
 import urllib.request
 from pathlib import Path
 
-from serving import DEFAULT_MODEL_NAME
-from training.data import CLASS_NAMES  # plain constants: no TensorFlow import
+from fmnist_common import CLASS_NAMES, MODEL_NAME, predict_body, predict_path
+from fmnist_common.cli import ConfigError, run_cli
 
 
 class PredictError(RuntimeError):
     """The server answered with an error status or an unexpected body."""
 
 
-def build_request_body(images: list[bytes]) -> dict:
-    """V1 body ``{"instances": [{"b64": standard base64}, ...]}`` for encoded images."""
-    return {"instances": [{"b64": base64.b64encode(img).decode("ascii")} for img in images]}
-
-
 def predict(
     url: str,
     images: list[bytes],
-    model_name: str = DEFAULT_MODEL_NAME,
+    model_name: str = MODEL_NAME,
     host: str | None = None,
     timeout: float = 30.0,
 ) -> list[list[float]]:
@@ -55,8 +50,8 @@ def predict(
             response without ``predictions`` of the right shape.
         urllib.error.URLError: connection problems.
     """
-    endpoint = f"{url.rstrip('/')}/v1/models/{model_name}:predict"
-    data = json.dumps(build_request_body(images)).encode()
+    endpoint = url.rstrip("/") + predict_path(model_name)
+    data = json.dumps(predict_body(images)).encode()
     req = urllib.request.Request(endpoint, data=data, method="POST")
     req.add_header("Content-Type", "application/json")
     if host:
@@ -89,7 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Classify Fashion-MNIST images with the model server (V1 protocol).",
     )
     parser.add_argument("--url", default="http://localhost:8080", help="server base URL")
-    parser.add_argument("--model-name", default=DEFAULT_MODEL_NAME)
+    parser.add_argument("--model-name", default=MODEL_NAME)
     parser.add_argument("--host", default=None, help="Host header (ingress gateway routing)")
     parser.add_argument("--top", type=int, default=3, help="classes to print per image")
     parser.add_argument("--timeout", type=float, default=30.0, help="seconds")
@@ -98,17 +93,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(args: argparse.Namespace) -> int:
-    """Send the images in one request and print the top classes; returns the exit code."""
+    """Send the images in one request and print the top classes; returns 0.
+
+    Raises:
+        ConfigError: an image file cannot be read.
+        PredictError, OSError: see :func:`predict` (connection problems, timeouts).
+    """
     try:
         images = [p.read_bytes() for p in args.images]
     except OSError as exc:
-        print(f"error: cannot read {exc.filename}: {exc.strerror}", file=sys.stderr)
-        return 2
-    try:
-        preds = predict(args.url, images, args.model_name, args.host, args.timeout)
-    except (PredictError, urllib.error.URLError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+        raise ConfigError(f"cannot read {exc.filename}: {exc.strerror}") from exc
+    preds = predict(args.url, images, args.model_name, args.host, args.timeout)
     for path, probs in zip(args.images, preds, strict=True):
         ranked = ", ".join(f"{name} {p:.3f}" for name, p in top_k(probs, args.top))
         print(f"{path}: {ranked}")
@@ -117,7 +112,7 @@ def main(args: argparse.Namespace) -> int:
 
 def cli(argv: list[str] | None = None) -> int:
     """Console entry point (``fmnist-predict``)."""
-    return main(build_parser().parse_args(argv))
+    return run_cli(main, build_parser(), (PredictError, OSError), argv)  # OSError: network
 
 
 if __name__ == "__main__":

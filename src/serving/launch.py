@@ -1,14 +1,13 @@
-"""Start ``python -m serving.server`` as a subprocess on a free loopback port (tests, local
-load tests, benchmarks).
+"""Start ``python -m serving.server`` as a subprocess on a free loopback port (the local
+pipeline, local load tests, benchmarks, tests).
 
-    with LocalServer("work/models/fashion-mnist") as server:
-        httpx.post(server.predict_url, json=...)
+    with LocalServer("work/models/fashion-mnist", log_path="work/reports/server.log") as server:
+        predictions = serving.client.predict(server.url, images)
 """
 
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -16,20 +15,11 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from serving import DEFAULT_MODEL_NAME
-
-LOOPBACK = "127.0.0.1"
+from fmnist_common import LOOPBACK, MODEL_NAME, free_ports, predict_path
 
 
 class ServerStartError(RuntimeError):
     """The server process exited or did not become ready in time."""
-
-
-def free_port(host: str = LOOPBACK) -> int:
-    """A TCP port that is free on ``host`` right now (the OS picks it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
 
 
 class LocalServer:
@@ -47,7 +37,7 @@ class LocalServer:
     def __init__(
         self,
         model_base_path: str | Path,
-        model_name: str = DEFAULT_MODEL_NAME,
+        model_name: str = MODEL_NAME,
         port: int | None = None,
         extra_args: list[str] | None = None,
         log_path: str | Path | None = None,
@@ -55,7 +45,7 @@ class LocalServer:
     ):
         self.model_base_path = Path(model_base_path)
         self.model_name = model_name
-        self.port = port or free_port()
+        self.port = port or free_ports(1)[0]
         self.extra_args = list(extra_args or [])
         self.log_path = Path(log_path) if log_path else None
         self.ready_timeout = ready_timeout
@@ -70,7 +60,7 @@ class LocalServer:
     @property
     def predict_url(self) -> str:
         """``<url>/v1/models/<name>:predict``."""
-        return f"{self.url}/v1/models/{self.model_name}:predict"
+        return self.url + predict_path(self.model_name)
 
     def command(self) -> list[str]:
         """The server's command line."""
@@ -115,7 +105,7 @@ class LocalServer:
             code = self.proc.poll()
             if code is not None:
                 self.stop()
-                raise ServerStartError(f"model server exited with code {code}{self._tail()}")
+                raise ServerStartError(f"model server exited with code {code}{self._last_line()}")
             try:
                 with urllib.request.urlopen(ready_url, timeout=2) as resp:
                     if resp.status == 200:
@@ -124,12 +114,17 @@ class LocalServer:
                 pass
             time.sleep(0.25)
         self.stop()
-        raise ServerStartError(f"model server not ready after {self.ready_timeout}s{self._tail()}")
+        raise ServerStartError(
+            f"model server not ready after {self.ready_timeout:.0f} s{self._last_line()}"
+        )
 
-    def _tail(self) -> str:
+    def _last_line(self) -> str:
+        """``"; last log line: ... (log: <path>)"``, or ``""`` without a log file."""
         if not self.log_path or not self.log_path.exists():
             return ""
-        return "; log tail:\n" + self.log_path.read_text(errors="replace")[-2000:]
+        lines = self.log_path.read_text(errors="replace").strip().splitlines()
+        last = lines[-1][:300] if lines else "(empty)"
+        return f"; last log line: {last} (log: {self.log_path})"
 
     def stop(self, timeout: float = 15.0) -> int | None:
         """SIGTERM (graceful), then SIGKILL after ``timeout`` s; returns the exit code."""

@@ -3,8 +3,8 @@
 Conventions:
   * images are ``uint8`` arrays/tensors of shape ``[N, 28, 28, 1]`` (NHWC, one grey channel,
     0 = black, 255 = white) exactly as tfds ``fashion_mnist`` 3.0.1 stores them;
-  * labels are ``int64`` class ids ``0..9`` in the order of :data:`CLASS_NAMES` (Zalando's
-    labelling, as in tfds);
+  * labels are ``int64`` class ids ``0..9`` in the order of
+    :data:`fmnist_common.CLASS_NAMES` (Zalando's labelling, as in tfds);
   * pixel scaling and normalisation are *not* done here: they are the first layers of every
     model (see :mod:`training.models`), so training and serving share one preprocessing graph.
 """
@@ -18,21 +18,7 @@ import numpy as np
 
 DATASET_NAME = "fashion_mnist"
 DATASET_VERSION = "3.0.1"
-IMAGE_SIZE = 28
-NUM_CLASSES = 10
 SPLIT_SIZES = {"train": 60_000, "test": 10_000}
-CLASS_NAMES = (
-    "T-shirt/top",
-    "Trouser",
-    "Pullover",
-    "Dress",
-    "Coat",
-    "Sandal",
-    "Shirt",
-    "Sneaker",
-    "Bag",
-    "Ankle boot",
-)
 
 
 def resolve_data_dir(data_dir: str | os.PathLike | None) -> str | None:

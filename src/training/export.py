@@ -2,14 +2,17 @@
 
 The ``serving_default`` signature (TF Serving REST "row" format, KServe V1 protocol):
 
-    inputs:  image_bytes    tf.string  [None]      encoded JPEG/PNG/GIF/BMP, grey or colour,
-                                                   any size (``{"b64": ...}`` in JSON requests)
+    inputs:  image_bytes    tf.string  [None]      encoded JPEG or PNG, any size and kind
+                                                   (``{"b64": ...}`` in JSON requests)
     outputs: probabilities  tf.float32 [None, 10]  softmax over CLASS_NAMES
 
-Decoding follows :func:`decode_images`: decode to one grey channel (colour is converted with
-the ITU-R 601 luma weights of ``tf.io.decode_image(channels=1)``), resize to 28x28 with area
+Decoding follows :func:`decode_images`: decode to one grey channel, resize to 28x28 with area
 averaging when the size differs, then the model's own preprocessing stem. A 28x28 grey PNG of a
-test image therefore reaches the network with exactly the training pixels.
+test image therefore reaches the network with exactly the training pixels. Every JPEG/PNG kind
+that Pillow and browsers decode is accepted: grey/RGB/CMYK/YCCK, baseline or progressive JPEG;
+1/2/4/8/16-bit grey, RGB, palette, grey+alpha or RGBA PNG, interlaced or not (alpha is dropped,
+16-bit samples keep their high byte). Anything else (GIF, BMP, WebP, random bytes) fails with
+``InvalidArgumentError`` naming the accepted formats, in TF Serving as in the local server.
 
 The input name ends in ``_bytes``, the convention TF Serving / Cloud AI Platform use for binary
 inputs sent as ``{"b64": ...}``.
@@ -20,11 +23,10 @@ from __future__ import annotations
 import os
 
 import training  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
-from training.data import IMAGE_SIZE
+from fmnist_common import IMAGE_SIZE, INPUT_NAME, OUTPUT_NAME, SIGNATURE_KEY
 
-SIGNATURE_KEY = "serving_default"
-INPUT_NAME = "image_bytes"
-OUTPUT_NAME = "probabilities"
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+UNSUPPORTED_FORMAT_MESSAGE = "image is not a JPEG or PNG (the only formats accepted)"
 
 
 def decode_images(image_bytes):
@@ -37,17 +39,38 @@ def decode_images(image_bytes):
         ``tf.float32 [N, 28, 28, 1]`` with pixel values 0..255.
 
     Raises:
-        tf.errors.InvalidArgumentError (at run time): bytes that are not a supported image.
+        tf.errors.InvalidArgumentError (at run time): bytes that are not a JPEG/PNG, or a
+            corrupt/truncated one.
     """
     import tensorflow as tf
 
+    def _jpeg(data):
+        # The accurate integer IDCT, as libjpeg-turbo/Pillow clients decode by default, so a
+        # client that checks an image locally sees the pixels the model sees. libjpeg converts
+        # 4-component (Adobe CMYK/YCCK) JPEGs to RGB only, not straight to grey.
+        return tf.cond(
+            tf.equal(tf.io.extract_jpeg_shape(data)[2], 4),
+            lambda: tf.image.rgb_to_grayscale(
+                tf.io.decode_jpeg(data, channels=3, dct_method="INTEGER_ACCURATE")
+            ),
+            lambda: tf.io.decode_jpeg(data, channels=1, dct_method="INTEGER_ACCURATE"),
+        )
+
+    def _not_supported():
+        check = tf.debugging.Assert(False, [UNSUPPORTED_FORMAT_MESSAGE])
+        with tf.control_dependencies([check]):
+            return tf.zeros([IMAGE_SIZE, IMAGE_SIZE, 1], tf.uint8)
+
     def _decode(data):
-        # JPEG: the accurate integer IDCT, as libjpeg-turbo/Pillow clients decode by default,
-        # so a client that checks an image locally sees the pixels the model sees.
+        is_png = tf.equal(tf.strings.substr(data, 0, len(PNG_SIGNATURE)), PNG_SIGNATURE)
         return tf.cond(
             tf.io.is_jpeg(data),
-            lambda: tf.io.decode_jpeg(data, channels=1, dct_method="INTEGER_ACCURATE"),
-            lambda: tf.io.decode_image(data, channels=1, expand_animations=False),
+            lambda: _jpeg(data),
+            lambda: tf.cond(
+                is_png,
+                lambda: tf.io.decode_image(data, channels=1, expand_animations=False),
+                _not_supported,
+            ),
         )
 
     def _one(data):
@@ -82,19 +105,11 @@ def build_serving_module(model):
             logits = self.model(decode_images(image_bytes), training=False)
             return {OUTPUT_NAME: tf.nn.softmax(logits, axis=-1)}
 
-        @tf.function(
-            input_signature=[
-                tf.TensorSpec([None, IMAGE_SIZE, IMAGE_SIZE, 1], tf.float32, name="pixels")
-            ]
-        )
-        def serve_pixels(self, pixels):
-            return {OUTPUT_NAME: tf.nn.softmax(self.model(pixels, training=False), axis=-1)}
-
     return ServingModule(model)
 
 
 def export_saved_model(model, export_dir: str | os.PathLike) -> str:
-    """Write ``model`` as a SavedModel with ``serving_default`` (bytes) and ``serve_pixels``.
+    """Write ``model`` as a SavedModel whose only signature is ``serving_default``.
 
     Args:
         model: a tf-keras model mapping ``float32 [N, 28, 28, 1]`` (0..255) to logits.
@@ -110,6 +125,6 @@ def export_saved_model(model, export_dir: str | os.PathLike) -> str:
     tf.saved_model.save(
         module,
         os.fspath(export_dir),
-        signatures={SIGNATURE_KEY: module.serve, "serve_pixels": module.serve_pixels},
+        signatures={SIGNATURE_KEY: module.serve},
     )
     return os.fspath(export_dir)

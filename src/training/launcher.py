@@ -18,12 +18,12 @@ import argparse
 import collections
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
 import time
 
+from fmnist_common import free_ports
 from training.tf_config import make_tf_config
 
 TAIL_LINES = 20
@@ -31,20 +31,6 @@ TAIL_LINES = 20
 
 class LaunchError(RuntimeError):
     """A replica failed (or the job timed out); the message names it and quotes its output."""
-
-
-def free_ports(n: int) -> list[int]:
-    """``n`` distinct free TCP ports on 127.0.0.1 (bound and released; small race accepted)."""
-    socks = []
-    try:
-        for _ in range(n):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 def cluster_spec(num_workers: int, with_chief: bool = False) -> dict[str, list[str]]:

@@ -14,8 +14,8 @@ and output **logits** ``float32 [N, 10]``; the serving signature applies the sof
 from __future__ import annotations
 
 import training  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
+from fmnist_common import MODEL_TYPES
 
-MODEL_TYPES = ("cnn", "dropout", "batch_norm")
 PIXEL_MEAN = 0.2860  # train-split mean of pixels scaled to [0, 1]
 PIXEL_STD = 0.3530
 AUGMENT_SHIFT = 0.08  # fraction of the 28-px side: up to 2.24 px in each direction
@@ -38,7 +38,7 @@ def _stem(keras):
 def _conv(keras, filters: int, batch_norm: bool, name: str):
     # 3x3 convolutions with stride 2 instead of stride 1 + 2x2 max-pooling: the same
     # 28 -> 14 -> 7 feature maps for a quarter of the multiply-adds, which is what makes
-    # 2 workers on 2 CPU cores fast (see bench/ and README "Training throughput").
+    # 2 workers on 2 CPU cores fast (measured by bench/train_bench.py).
     layers = keras.layers
     if not batch_norm:
         return [layers.Conv2D(filters, 3, strides=2, padding="same", activation="relu", name=name)]

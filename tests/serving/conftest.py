@@ -1,19 +1,9 @@
-"""Fixtures for the serving tests: one briefly-trained ``cnn`` exported as ``<base>/1/``, the
-loaded model, a FastAPI TestClient and a real ``python -m serving.server`` subprocess."""
+"""Fixtures for the serving tests: the small model of ``tests/conftest.py``, the loaded model, a
+FastAPI TestClient and a real ``python -m serving.server`` subprocess."""
 
 from __future__ import annotations
 
 import pytest
-
-
-@pytest.fixture(scope="session")
-def model_base(tmp_path_factory):
-    """Serving base path holding version 1 of a cnn fitted on 2,048 real training images."""
-    from serving.fixtures import export_small_model
-
-    base = tmp_path_factory.mktemp("models") / "fashion-mnist"
-    export_small_model(base, version=1, train_examples=2048)
-    return base
 
 
 @pytest.fixture(scope="session")
@@ -26,6 +16,7 @@ def test_images():
 
 @pytest.fixture(scope="session")
 def loaded_model(model_base):
+    """:class:`serving.model.FashionMnistModel` loaded from ``model_base``."""
     from serving.model import FashionMnistModel
 
     model = FashionMnistModel(model_base_path=model_base)
@@ -35,6 +26,7 @@ def loaded_model(model_base):
 
 @pytest.fixture(scope="session")
 def client(loaded_model):
+    """FastAPI ``TestClient`` of the server app around ``loaded_model`` (no subprocess)."""
     from fastapi.testclient import TestClient
 
     from serving.server import build_app

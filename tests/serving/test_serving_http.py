@@ -85,7 +85,8 @@ def test_concurrent_requests_are_batched_and_answered_in_order(live_server, test
 def test_highest_version_is_served(model_base, tmp_path, test_images):
     import shutil
 
-    from serving.fixtures import export_small_model
+    from small_model import export_small_model
+
     from serving.model import FashionMnistModel
 
     base = tmp_path / "fashion-mnist"
@@ -236,7 +237,7 @@ def test_client_cli(live_server, tmp_path, test_images):
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.strip().splitlines()
     assert len(lines) == 3
-    from training.data import CLASS_NAMES
+    from fmnist_common import CLASS_NAMES
 
     for path, line in zip(paths, lines, strict=True):
         assert line.startswith(path)

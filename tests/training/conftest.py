@@ -1,25 +1,12 @@
-"""Fixtures for the training tests: a slice of real Fashion-MNIST and a briefly trained model."""
+"""Fixtures for the training tests: a slice of real Fashion-MNIST and a briefly trained model
+(``data_dir`` comes from ``tests/conftest.py``)."""
 
 from __future__ import annotations
-
-import os
 
 import numpy as np
 import pytest
 
 import training  # noqa: F401
-
-
-@pytest.fixture(scope="session")
-def data_dir() -> str | None:
-    """The tfds data dir (``$TFDS_DATA_DIR``; the Makefile sets it from MIRROR_DIR)."""
-    from training.data import load_numpy
-
-    try:
-        load_numpy("test", None, 1)
-    except FileNotFoundError as exc:
-        pytest.fail(f"Fashion-MNIST not prepared: {exc}. Run with MIRROR_DIR=../shared or ingest.")
-    return os.environ.get("TFDS_DATA_DIR")
 
 
 @pytest.fixture(scope="session")

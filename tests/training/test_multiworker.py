@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from fmnist_pipeline.run import BUDGETS, train_args
 from training.export import INPUT_NAME, OUTPUT_NAME, SIGNATURE_KEY
 from training.launcher import launch
-from training.pipeline import BUDGETS, train_args
 
 pytestmark = pytest.mark.slow
 

@@ -1,0 +1,78 @@
+"""The command-line convention every program of this project follows, and its one helper.
+
+A program (``python -m <package>.<module>``, a console script, or ``python bench/<x>.py``) has:
+
+1. ``build_parser() -> argparse.ArgumentParser``: every option, ``prog`` set to how it is run;
+2. ``main(args: argparse.Namespace) -> int``: does the work and returns the exit code; callable
+   from Python (tests, other programs) with a parsed namespace;
+3. ``cli(argv: list[str] | None = None) -> int``: the console entry point, always
+   ``return run_cli(main, build_parser(), <expected errors>, argv)``, and at the bottom
+   ``if __name__ == "__main__": sys.exit(cli())``.
+
+Exit codes:
+
+* ``0``: success;
+* ``1``: a configuration error (no published model, an unreadable file, a value argparse cannot
+  check) or a run that failed cleanly (a pipeline stage, load-test thresholds). The program
+  raises :class:`ConfigError` or one of the exception classes it passes to :func:`run_cli`,
+  which prints it as **one line** on stderr, ``<prog>: error: <message>``, with no traceback.
+  Any other exception is a bug and keeps its traceback;
+* ``2``: a usage error found by argparse (its own message and exit code).
+
+Logging: :func:`run_cli` calls :func:`configure_logging` once per process; modules only call
+``logging.getLogger(__name__)``. Progress goes to logging (stderr); results meant for the reader
+(tables, summaries, predictions) are printed to stdout. The model server
+(``python -m serving.server``) keeps KServe's own logging configuration.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Callable, Sequence
+
+PROJECT_LOGGERS = ("training", "serving", "fmnist_pipeline", "fmnist_common", "loadtest", "bench")
+LOG_FORMAT = "%(asctime)s %(name)s %(message)s"
+
+
+class ConfigError(Exception):
+    """A problem the user fixes by changing the command or the environment (exit 1)."""
+
+
+def configure_logging() -> None:
+    """WARNING for everything (TensorFlow, absl, HTTP libraries), INFO for this project's
+    loggers (:data:`PROJECT_LOGGERS`), one line per record on stderr."""
+    logging.basicConfig(level=logging.WARNING, format=LOG_FORMAT)
+    for name in PROJECT_LOGGERS:
+        logging.getLogger(name).setLevel(logging.INFO)
+
+
+def run_cli(
+    main: Callable[[argparse.Namespace], object],
+    parser: argparse.ArgumentParser,
+    expected_errors: Sequence[type[BaseException]] = (),
+    argv: list[str] | None = None,
+) -> int:
+    """Parse ``argv``, run ``main(args)`` and turn expected errors into one line and exit 1.
+
+    Args:
+        main: the module's ``main(args)``; its ``int`` result is the exit code (a result that
+            is not an ``int``, e.g. ``None``, counts as success).
+        parser: the module's parser (``parser.prog`` prefixes the error line).
+        expected_errors: exception classes that mean "failed cleanly", besides
+            :class:`ConfigError`.
+        argv: the arguments (default ``sys.argv[1:]``).
+
+    Returns:
+        The exit code: ``main``'s, or 1 on an expected error. argparse exits 2 on bad usage.
+    """
+    configure_logging()
+    args = parser.parse_args(argv)
+    try:
+        code = main(args)
+    except (ConfigError, *expected_errors) as exc:
+        message = " ".join(str(exc).split()) or type(exc).__name__
+        print(f"{parser.prog}: error: {message}", file=sys.stderr)
+        return 1
+    return code if isinstance(code, int) else 0
