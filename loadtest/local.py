@@ -83,7 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(args: argparse.Namespace) -> int:
     """Run the local load test; returns the exit code (0 pass, 1 thresholds, 2 no model)."""
     from serving.launch import LocalServer, ServerStartError
-    from serving.model import ModelVersionNotFoundError, find_latest_version
+    from serving.versions import ModelVersionNotFoundError, find_latest_version
 
     base = args.work_dir / "models" / args.model_name
     try:

@@ -177,8 +177,10 @@ class BodyLimitMiddleware:
 
 
 def max_body_bytes(limits) -> int:
-    """Largest sensible body for ``limits``: every instance at the byte limit, base64, + slack."""
-    return limits.max_instances * (4 * (limits.max_image_bytes + 2) // 3 + 64) + 4096
+    """Largest sensible body for ``limits``: every instance at the byte limit in base64, wrapped
+    MIME-style (a JSON-escaped ``\\r\\n``, 4 characters, every 76), plus slack."""
+    b64_chars = 4 * ((limits.max_image_bytes + 2) // 3)
+    return limits.max_instances * (b64_chars + b64_chars // 19 + 64) + 4096
 
 
 def install_error_handlers(app, limits) -> None:
@@ -190,7 +192,7 @@ def install_error_handlers(app, limits) -> None:
     """
     from kserve.errors import InvalidInput
 
-    from serving.model import PayloadTooLarge, UnsupportedMediaType
+    from serving.request import PayloadTooLarge, UnsupportedMediaType
 
     app.add_exception_handler(InvalidInput, _json_error(HTTPStatus.BAD_REQUEST))
     app.add_exception_handler(PayloadTooLarge, _json_error(HTTPStatus.REQUEST_ENTITY_TOO_LARGE))
@@ -284,7 +286,8 @@ def make_model(args: argparse.Namespace):
     Raises:
         serving.model.ModelVersionNotFoundError: no published version.
     """
-    from serving.model import FashionMnistModel, Limits, configure_tf_threads
+    from serving.model import FashionMnistModel, configure_tf_threads
+    from serving.request import Limits
 
     configure_tf_threads(args.tf_intra_op_threads, args.tf_inter_op_threads)
     model = FashionMnistModel(
@@ -305,7 +308,7 @@ def main(args: argparse.Namespace) -> int:
     """
     from kserve import ModelServer
 
-    from serving.model import ModelVersionNotFoundError
+    from serving.versions import ModelVersionNotFoundError
 
     if args.workers != 1:
         log.error("--workers %d: only 1 is supported; scale out with replicas", args.workers)

@@ -1,24 +1,16 @@
-"""Unit tests of serving.model: version discovery, request validation, micro-batching."""
+"""Unit tests of serving.versions, serving.batcher and serving.model (decode errors)."""
 
 from __future__ import annotations
 
 import asyncio
-import base64
 
 import numpy as np
 import pytest
-from kserve.errors import InvalidInput
-from serving_helpers import b64, encode
+from serving_helpers import encode
 
-from serving.model import (
-    ImageDecodeError,
-    Limits,
-    MicroBatcher,
-    ModelVersionNotFoundError,
-    PayloadTooLarge,
-    find_latest_version,
-    parse_instances,
-)
+from serving.batcher import MicroBatcher
+from serving.model import ImageDecodeError, tf_error_reason
+from serving.versions import ModelVersionNotFoundError, find_latest_version
 
 GREY = np.full((28, 28), 120, np.uint8)
 
@@ -52,55 +44,23 @@ def test_find_latest_version_errors(tmp_path):
         find_latest_version(tmp_path)
 
 
-def test_parse_instances_accepts_both_row_forms():
-    img = encode(GREY, "PNG")
-    out = parse_instances(
-        {"instances": [{"b64": b64(img)}, {"image_bytes": {"b64": b64(img)}}]}, Limits()
-    )
-    assert out == [img, img]
-
-
-@pytest.mark.parametrize(
-    ("payload", "exc", "match"),
-    [
-        ([], InvalidInput, "JSON object"),
-        ({}, InvalidInput, "missing 'instances'"),
-        ({"instances": [], "x": 1}, InvalidInput, "unexpected key"),
-        ({"instances": {}}, InvalidInput, "must be a list"),
-        ({"instances": []}, InvalidInput, "empty"),
-        ({"instances": [1]}, InvalidInput, r"instances\[0\] must be"),
-        ({"instances": [{"b64": None}]}, InvalidInput, "must be a string"),
-        ({"instances": [{"b64": "a-b_"}]}, InvalidInput, "URL-safe"),
-        ({"instances": [{"b64": "abc"}]}, InvalidInput, "not valid standard base64"),
-        ({"instances": [{"b64": base64.b64encode(b"hello").decode()}]}, InvalidInput, "not a"),
-        ({"instances": [{"b64": "QQ=="}] * 3}, PayloadTooLarge, "3 instances exceed"),
-    ],
-)
-def test_parse_instances_rejects(payload, exc, match):
-    with pytest.raises(exc, match=match):
-        parse_instances(payload, Limits(max_instances=2))
-
-
-def test_parse_instances_limits_pixels_and_bytes():
-    big = encode(np.zeros((100, 100), np.uint8), "PNG")
-    with pytest.raises(PayloadTooLarge, match="pixels"):
-        parse_instances({"instances": [{"b64": b64(big)}]}, Limits(max_image_pixels=99 * 99))
-    with pytest.raises(PayloadTooLarge, match="bytes"):
-        parse_instances({"instances": [{"b64": b64(big)}]}, Limits(max_image_bytes=10))
-
-
-def test_parse_instances_rejects_truncated_images():
-    for fmt in ("JPEG", "PNG"):
-        data = encode(np.random.default_rng(0).integers(0, 255, (64, 64), np.uint8), fmt)
-        with pytest.raises(InvalidInput, match="corrupt|truncated"):
-            parse_instances({"instances": [{"b64": b64(data[: len(data) * 2 // 3])}]}, Limits())
-
-
 def test_infer_batch_maps_tensorflow_decode_errors(loaded_model):
-    with pytest.raises(ImageDecodeError, match="could not decode"):
-        loaded_model.infer_batch([b"definitely not an image"])
+    with pytest.raises(ImageDecodeError, match="not a JPEG or PNG") as err:
+        loaded_model.infer_batch([encode(GREY, "PNG"), b"definitely not an image"])
+    assert err.value.index == 1  # the culprit is found, not just "the batch failed"
+    assert "Graph execution" not in str(err.value)
     out = loaded_model.infer_batch([encode(GREY, "PNG")])  # still works afterwards
     assert out.shape == (1, 10)
+
+
+def test_tf_error_reason_skips_graph_noise():
+    class Err(Exception):
+        message = (
+            "Graph execution error:\n\nDetected at node x\n<stack traces unavailable>\n"
+            "jpeg::Uncompress failed.\n[[{{node y}}]]"
+        )
+
+    assert tf_error_reason(Err()) == "jpeg::Uncompress failed."
 
 
 def _fake_infer(calls):

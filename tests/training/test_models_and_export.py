@@ -94,3 +94,44 @@ def test_colour_and_resized_inputs_are_accepted(exported_model, test_slice):
 def test_non_image_bytes_fail_with_invalid_argument(exported_model):
     with pytest.raises(tf.errors.InvalidArgumentError):
         _signature(exported_model)(**{INPUT_NAME: tf.constant([b"definitely not an image"])})
+
+
+def _save(img, fmt, **kw) -> bytes:
+    buf = io.BytesIO()
+    img.save(buf, format=fmt, **kw)
+    return buf.getvalue()
+
+
+def test_signature_decoder_reads_every_jpeg_and_png_kind(test_slice):
+    """What TF Serving runs: CMYK/progressive JPEG, 16-bit/palette/grey+alpha PNG decode to
+    the grey pixels Pillow (or a browser) shows, within JPEG/palette rounding."""
+    grey = test_slice[0][0, :, :, 0]
+    rgb = Image.fromarray(np.stack([grey, grey // 2, 255 - grey], axis=-1))
+    g = Image.fromarray(grey)
+    expected_rgb = np.asarray(rgb.convert("L"), np.float32)
+    cases = {  # name: (bytes, expected grey pixels, tolerance)
+        "cmyk-jpeg": (_save(rgb.convert("CMYK"), "JPEG", quality=100), expected_rgb, 8),
+        "progressive-cmyk-jpeg": (
+            _save(rgb.convert("CMYK"), "JPEG", quality=100, progressive=True),
+            expected_rgb,
+            8,
+        ),
+        "progressive-grey-jpeg": (_save(g, "JPEG", quality=100, progressive=True), grey, 2),
+        "png-16bit": (_save(Image.fromarray(grey.astype(np.uint16) * 257), "PNG"), grey, 0),
+        "png-grey-alpha": (_save(g.convert("LA"), "PNG"), grey, 0),
+        "png-palette": (_save(rgb.convert("P"), "PNG"), None, 0),
+        "png-1bit": (_save(g.convert("1"), "PNG"), np.asarray(g.convert("1"), np.float32) * 255, 0),
+    }
+    decoded = decode_images(tf.constant([b for b, _, _ in cases.values()])).numpy()[..., 0]
+    for (name, (data, want, tol)), got in zip(cases.items(), decoded, strict=True):
+        if want is None:  # palette: Pillow's own palette -> L conversion
+            want = np.asarray(Image.open(io.BytesIO(data)).convert("RGB").convert("L"), np.float32)
+            tol = 1
+        assert np.abs(got - np.asarray(want, np.float32)).max() <= tol, name
+
+
+@pytest.mark.parametrize("fmt", ["GIF", "BMP", "WEBP", "TIFF"])
+def test_signature_refuses_other_formats_naming_the_accepted_ones(exported_model, fmt):
+    data = _save(Image.new("L", (28, 28)), fmt)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="not a JPEG or PNG"):
+        _signature(exported_model)(**{INPUT_NAME: tf.constant([data])})
