@@ -1,15 +1,9 @@
-"""Manifest validation harness for the GitOps tree (base/, overlays/, argocd/).
+"""Offline validation of the GitOps tree (base/, overlays/, argocd/): ``python -m validation``.
 
-Run as ``python -m validation`` (``make validate``): renders every kustomization with
-``kubectl kustomize`` (remote bases replaced by offline mirrors when ``UPSTREAM_MIRROR_DIR`` is
-set), validates every object strictly against its schema (built-in kinds with the
-``kubernetes-validate`` schemas of the pinned Kubernetes version, custom resources with the
-CRDs-catalog JSON schemas from ``KUBE_SCHEMA_DIR``), then runs policy checks (resources,
-restricted security context, pinned images, probes, RBAC without wildcards) and consistency
-checks against the Python code (CLI flags, model types, shared paths, namespaces, Workflow
-structure, pinned versions). See :mod:`validation.cli`.
+Renders every kustomization (:mod:`validation.render`), validates our objects strictly with
+kubeconform (:mod:`validation.schemas`), then runs the checks, registered by name and grouped
+by topic: :mod:`validation.workflow`, :mod:`validation.rbac`, :mod:`validation.training`,
+:mod:`validation.serving`, :mod:`validation.cli_paths`, :mod:`validation.pods`,
+:mod:`validation.gitops`; ``remote-refs`` (versions) lives in :mod:`validation.render`.
+Every finding is built by :func:`validation.core.finding`. See docs/validation.md.
 """
-
-from validation.report import Finding
-
-__all__ = ["Finding"]

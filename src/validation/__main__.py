@@ -2,6 +2,6 @@
 
 import sys
 
-from validation.cli import main
+from validation.main import main
 
 sys.exit(main())

@@ -1,137 +1,114 @@
-"""Strict schema validation: built-in kinds (kubernetes-validate), custom resources (jsonschema)."""
+"""Strict schema validation of our objects with the real ``kubeconform`` binary.
+
+kubeconform comes from ``scripts/tools.sh kubeconform`` (the version pinned in versions.env,
+built into a cache outside the clone); ``KUBECONFORM`` overrides its path. Schema locations:
+
+* online (``KUBE_SCHEMA_DIR`` unset): ``default`` (built-in kinds) and the CRDs-catalog URL;
+* offline (``KUBE_SCHEMA_DIR`` set): the same CRDs-catalog layout from that directory, and for
+  the built-in kinds the strict schemas that ``kubernetes-validate`` ships (kubeconform's
+  ``default`` is a download). Those refer to ``/api/_definitions.json`` under their
+  ``https://kubernetes.io`` ids, so each run writes a copy whose refs name the local file.
+
+Upstream objects are pinned, not ours to fix, and are not validated.
+"""
 
 from __future__ import annotations
 
 import json
-import re
-import shutil
+import os
 import subprocess
-import threading
-import urllib.request
-from functools import cache
 from pathlib import Path
 
-import jsonschema
 import kubernetes_validate.utils as kv
-from referencing import Registry, Resource
+import yaml
 
-from validation.config import CRDS_CATALOG_URL
-from validation.render import Obj
-from validation.report import Finding
+from validation.core import Finding, Obj, finding
 
-_lock = threading.Lock()
+CRDS_CATALOG_URL = (
+    "https://raw.githubusercontent.com/datreeio/CRDs-catalog/main/{{.Group}}/"
+    "{{.ResourceKind}}_{{.ResourceAPIVersion}}.json"
+)
+CATALOG_LAYOUT = "{{.Group}}/{{.ResourceKind}}_{{.ResourceAPIVersion}}.json"
 
 
-def _schema_dir(k8s_version: str) -> str:
+def kubeconform_path(root: Path) -> str:
+    """$KUBECONFORM, else the binary ``scripts/tools.sh`` built; FileNotFoundError if neither."""
+    if os.environ.get("KUBECONFORM"):
+        return os.environ["KUBECONFORM"]
+    proc = subprocess.run(
+        ["bash", str(root / "scripts/tools.sh"), "--bin", "kubeconform"],
+        capture_output=True,
+        text=True,
+    )
+    if proc.returncode != 0 or not proc.stdout.strip():
+        raise FileNotFoundError("kubeconform is not built: run scripts/tools.sh kubeconform")
+    return proc.stdout.strip()
+
+
+def builtin_schemas(k8s_version: str, dest: Path) -> str:
+    """A kubeconform location for kubernetes-validate's strict schemas of ``k8s_version``
+    (the newest it ships at or below it), copied into ``dest`` with resolvable refs."""
     want = kv.major_minor(k8s_version.lstrip("v"))
-    versions = [v for v in kv.all_versions() if kv.major_minor(v) <= want]
-    if not versions:
-        raise ValueError(f"kubernetes-validate has no schemas for {k8s_version}")
-    return f"kubernetes-json-schema/v{versions[-1]}-local-strict"
-
-
-@cache
-def _definitions(schema_dir: str) -> Registry:
-    defs = kv.schema_contents(f"{schema_dir}/_definitions.json", schema_dir)
-    return Resource.from_contents(defs) @ Registry()
-
-
-@cache
-def builtin_validator(k8s_version: str, api_version: str, kind: str):
-    """Compiled strict validator of a built-in kind, or None when it is not a built-in."""
-    schema_dir = _schema_dir(k8s_version)
-    api = re.sub(r"^([^./]*)(?:\.[^/]*)?/", r"\1-", api_version)
-    try:
-        schema = kv.schema_contents(f"{schema_dir}/{kind.lower()}-{api}.json", k8s_version)
-    except (FileNotFoundError, kv.SchemaNotFoundError):
-        return None
-    registry = Resource.from_contents(schema) @ _definitions(schema_dir)
-    return jsonschema.validators.Draft202012Validator(schema, registry=registry)
-
-
-@cache
-def cr_validator(schema_location: str, group: str, kind: str, version: str):
-    """Compiled draft-7 validator of a custom resource from a CRDs-catalog layout, or None."""
-    name = f"{group}/{kind.lower()}_{version}.json"
-    if "://" in schema_location:
-        url = schema_location.format(group=group, kind=kind.lower(), version=version)
-        try:
-            with urllib.request.urlopen(url, timeout=20) as r:  # noqa: S310 (pinned https URL)
-                schema = json.load(r)
-        except OSError:
-            return None
-    else:
-        path = Path(schema_location) / name
-        if not path.is_file():
-            return None
-        schema = json.loads(path.read_text())
-    return jsonschema.Draft7Validator(schema)
-
-
-def _json_path(path) -> str:
-    out = ""
-    for p in path:
-        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
-    return out or "(root)"
-
-
-def validate_object(o: Obj, k8s_version: str, schema_location: str | None) -> list[Finding]:
-    """Strict schema validation of one object; all errors, each with its JSON path."""
-    doc = o.doc
-    api, kind = doc.get("apiVersion", ""), doc.get("kind", "")
-    if not api or not kind:
-        return [Finding("schema", "object without apiVersion/kind", o.source, o.kustomization)]
-    with _lock:
-        validator = builtin_validator(k8s_version, api, kind)
-        group, _, version = api.rpartition("/")
-        if validator is None and schema_location:
-            validator = cr_validator(schema_location, group, kind, version)
-    if validator is None:
-        msg = f"no schema for {api} {kind}"
-        if o.upstream:
-            # Upstream manifests (e.g. cert-manager Certificate in kserve.yaml) may use kinds
-            # whose schemas are not mirrored: reported, not failed.
-            return [Finding("schema", msg, o.source, o.kustomization, o.ref, severity="warning")]
-        return [Finding("schema", msg, o.source, o.kustomization, o.ref)]
-    out = []
-    for err in sorted(validator.iter_errors(doc), key=lambda e: list(e.absolute_path)):
-        out.append(
-            Finding(
-                "schema",
-                err.message[:300],
-                o.source,
-                o.kustomization,
-                o.ref,
-                o.path(_json_path(err.absolute_path)),
-            )
+    version = [v for v in kv.all_versions() if kv.major_minor(v) <= want][-1]
+    src = Path(kv.__file__).parent / f"kubernetes-json-schema/v{version}-local-strict"
+    dest.mkdir(parents=True, exist_ok=True)
+    for f in src.glob("*.json"):
+        (dest / f.name).write_text(
+            f.read_text().replace('"/api/_definitions.json', f'"file://{dest}/_definitions.json')
         )
+    return f"{dest}/{{{{.ResourceKind}}}}{{{{.KindSuffix}}}}.json"
+
+
+def named_path(doc, pointer: str) -> str:
+    """A JSON pointer as a dotted path, list items by their name where they have one."""
+    out, node = "", doc
+    for part in [p for p in pointer.split("/") if p]:
+        if isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+            name = node.get("name") if isinstance(node, dict) else None
+            out += f"[{name if name is not None else part}]"
+        else:
+            node = node.get(part) if isinstance(node, dict) else None
+            out += f".{part}" if out else part
     return out
 
 
-def run_kubeconform(rendered_yaml: str, schema_dir: str | None, k8s_version: str) -> list[Finding]:
-    """Also run kubeconform (when on PATH) strictly on a rendered stream."""
-    exe = shutil.which("kubeconform")
-    if not exe:
-        return []
-    cmd = [
-        exe,
-        "-strict",
-        "-summary",
-        "-ignore-missing-schemas",
-        "-kubernetes-version",
-        k8s_version.lstrip("v"),
-    ]
-    cmd += ["-schema-location", "default"]
+def validate(objs: list[Obj], root: Path, k8s_version: str, workdir: Path) -> list[Finding]:
+    """kubeconform -strict over our objects (one file each); a finding per schema error."""
+    ours = [o for o in objs if not o.upstream]
+    try:
+        exe = kubeconform_path(root)
+    except FileNotFoundError as e:
+        return [finding("schema", str(e))]
+    schema_dir = os.environ.get("KUBE_SCHEMA_DIR")
     if schema_dir:
-        loc = f"{schema_dir}/{{{{.Group}}}}/{{{{.ResourceKind}}}}_{{{{.ResourceAPIVersion}}}}.json"
-        cmd += ["-schema-location", loc]
+        locations = [
+            builtin_schemas(k8s_version, workdir / "builtin"),
+            f"{schema_dir}/{CATALOG_LAYOUT}",
+        ]
     else:
-        loc = CRDS_CATALOG_URL.replace("{group}", "{{.Group}}")
-        loc = loc.replace("{kind}", "{{.ResourceKind}}").replace(
-            "{version}", "{{.ResourceAPIVersion}}"
-        )
+        locations = ["default", CRDS_CATALOG_URL]
+    copies: dict[str, list[Obj]] = {}  # one file per distinct object (overlays share many)
+    for o in ours:
+        copies.setdefault(json.dumps(o.doc, sort_keys=True), []).append(o)
+    (workdir / "objs").mkdir(parents=True, exist_ok=True)
+    for i, same in enumerate(copies.values()):
+        (workdir / "objs" / f"{i}.yaml").write_text(yaml.safe_dump(same[0].doc, sort_keys=False))
+    # one worker: parallel workers each compile the same large CRD schemas (measured 3x slower)
+    cmd = [exe, "-strict", "-n", "1", "-output", "json"]
+    cmd += ["-kubernetes-version", k8s_version.lstrip("v")]
+    for loc in locations:
         cmd += ["-schema-location", loc]
-    proc = subprocess.run(cmd, input=rendered_yaml, capture_output=True, text=True, check=False)
-    if proc.returncode == 0:
-        return []
-    return [Finding("kubeconform", line) for line in proc.stdout.splitlines() if " - " in line]
+    proc = subprocess.run([*cmd, str(workdir / "objs")], capture_output=True, text=True)
+    try:
+        results = json.loads(proc.stdout or "{}").get("resources") or []
+    except ValueError:
+        return [finding("schema", f"kubeconform failed: {(proc.stderr or proc.stdout)[:300]}")]
+    out, by_file = [], list(copies.values())
+    for r in results:
+        errors = r.get("validationErrors") or [{"path": "", "msg": r.get("msg", r.get("status"))}]
+        for o in by_file[int(Path(r["filename"]).stem)]:
+            out += [
+                finding("schema", e["msg"][:300], o, named_path(o.doc, e["path"])) for e in errors
+            ]
+    return out

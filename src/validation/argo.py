@@ -1,0 +1,168 @@
+"""The Argo Workflows model the checks share: parameters, template calls, embedded manifests.
+
+Templates are named by their ``name`` in every field path (``spec.templates[train]``).
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import yaml
+
+from validation.core import Obj
+
+WORKFLOW_KINDS = {"Workflow", "WorkflowTemplate", "ClusterWorkflowTemplate", "CronWorkflow"}
+PLACEHOLDER = re.compile(r"\{\{\s*([^{}]+?)\s*\}\}")
+# What {{workflow.name}} becomes when the harness substitutes it (a generateName-like name).
+SAMPLE_WORKFLOW_NAME = "fashion-mnist-pipeline-x7k2p"
+
+
+def workflow_spec(o: Obj) -> dict:
+    """The Workflow spec (CronWorkflow: its workflowSpec)."""
+    spec = o.doc.get("spec") or {}
+    return spec.get("workflowSpec", spec) if o.kind == "CronWorkflow" else spec
+
+
+def workflow_params(spec: dict) -> dict[str, str]:
+    """Workflow-level parameters with their (default) values, as strings."""
+    params = (spec.get("arguments") or {}).get("parameters") or []
+    return {p["name"]: str(p.get("value", "")) for p in params if "name" in p}
+
+
+SPRIG = {"replace": lambda old, new, s: s.replace(old, new), "lower": str.lower, "upper": str.upper}
+
+
+def expression(expr: str, values: dict[str, str]) -> str | None:
+    """An Argo ``{{=expr}}`` of the simple kind the manifests use (string literals, parameter
+    lookups ``inputs.parameters['x']``, ``sprig.replace/lower/upper``); None otherwise."""
+
+    def ev(n):
+        if isinstance(n, ast.Constant) and isinstance(n.value, str):
+            return n.value
+        if isinstance(n, ast.Subscript) and isinstance(n.slice, ast.Constant):
+            return values.get(f"{ast.unparse(n.value)}.{n.slice.value}")
+        if isinstance(n, ast.Attribute):
+            return values.get(ast.unparse(n))
+        if isinstance(n, ast.Call) and ast.unparse(n.func).removeprefix("sprig.") in SPRIG:
+            args = [ev(a) for a in n.args]
+            return None if None in args else SPRIG[ast.unparse(n.func)[6:]](*args)
+        return None
+
+    try:
+        return ev(ast.parse(expr, mode="eval").body)
+    except (SyntaxError, TypeError):
+        return None
+
+
+def substitute(text: str, values: dict[str, str]) -> str:
+    """Replace ``{{name}}`` placeholders whose name is in ``values`` and the ``{{=expr}}`` that
+    :func:`expression` evaluates; leave the others."""
+
+    def one(m: re.Match) -> str:
+        name = m.group(1)
+        got = expression(name[1:], values) if name.startswith("=") else values.get(name)
+        return m.group(0) if got is None else got
+
+    return PLACEHOLDER.sub(one, text)
+
+
+def substitute_tree(node, values: dict[str, str]):
+    """:func:`substitute` on every string of a JSON-like tree (returns a copy)."""
+    if isinstance(node, str):
+        return substitute(node, values)
+    if isinstance(node, list):
+        return [substitute_tree(x, values) for x in node]
+    if isinstance(node, dict):
+        return {k: substitute_tree(v, values) for k, v in node.items()}
+    return node
+
+
+def tasks(template: dict) -> list[dict]:
+    """The DAG tasks or steps of a template (steps flattened)."""
+    out = list((template.get("dag") or {}).get("tasks") or [])
+    for group in template.get("steps") or []:
+        out.extend(group or [])
+    return out
+
+
+@dataclass
+class Call:
+    """One call of a template (a DAG task, a step, or the entrypoint) with its values."""
+
+    template: dict
+    caller: str
+    values: dict[str, str]  # placeholder -> value
+
+    @property
+    def path(self) -> str:
+        """The template's field path, by name."""
+        return f"spec.templates[{self.template.get('name')}]"
+
+
+def calls(o: Obj) -> list[Call]:
+    """Every call of every template, with ``workflow.*`` and ``inputs.parameters.*`` values;
+    a template nobody calls is listed once, with its input defaults."""
+    spec = workflow_spec(o)
+    by_name = {t.get("name"): t for t in spec.get("templates") or []}
+    base = {f"workflow.parameters.{k}": v for k, v in workflow_params(spec).items()}
+    base |= {"workflow.name": SAMPLE_WORKFLOW_NAME, "workflow.namespace": o.namespace or "default"}
+
+    def values(t: dict, args: dict) -> dict[str, str]:
+        vals = dict(base)
+        for p in (t.get("inputs") or {}).get("parameters") or []:
+            v = args.get(p.get("name"), p.get("value", p.get("default")))
+            if v is not None:
+                vals[f"inputs.parameters.{p['name']}"] = str(v)
+        return vals
+
+    out = []
+    for t in by_name.values():
+        for task in tasks(t):
+            target = by_name.get(task.get("template"))
+            if target is not None:
+                params = (task.get("arguments") or {}).get("parameters") or []
+                args = {p.get("name"): substitute(str(p.get("value", "")), base) for p in params}
+                out.append(Call(target, task.get("name", ""), values(target, args)))
+    called = {id(c.template) for c in out}
+    out += [Call(t, "entrypoint", values(t, {})) for t in by_name.values() if id(t) not in called]
+    return out
+
+
+def first_calls(o: Obj) -> Iterator[Call]:
+    """One call per template (the first), for checks of the template itself."""
+    seen = set()
+    for c in calls(o):
+        if id(c.template) not in seen:
+            seen.add(id(c.template))
+            yield c
+
+
+def embedded(o: Obj) -> tuple[list[Obj], list[tuple[str, str]]]:
+    """The objects of ``resource`` templates, one per call, after parameter substitution.
+
+    Returns (objects, problems as (field, message))."""
+    out, problems = [], []
+    for call in calls(o):
+        res = call.template.get("resource") or {}
+        if not res.get("manifest"):
+            continue
+        where = f"{call.path}.resource.manifest"
+        text = substitute(str(res["manifest"]), call.values)
+        if left := sorted(set(PLACEHOLDER.findall(text))):
+            problems.append((where, f"unresolved placeholders {left} (call {call.caller})"))
+            continue
+        try:
+            doc = yaml.safe_load(text)
+        except yaml.YAMLError as e:
+            problems.append((where, f"manifest is not YAML after substitution: {e}"))
+            continue
+        if not isinstance(doc, dict):
+            problems.append((where, "manifest is not an object"))
+            continue
+        doc.setdefault("metadata", {}).setdefault("namespace", o.namespace)
+        extra = {"resource": res, "caller": call.caller, "workflow": o, "values": call.values}
+        out.append(Obj(doc, o.kustomization, o.source, o.upstream, where, extra))
+    return out, problems

@@ -1,0 +1,169 @@
+"""CLI/paths topic: the ``python -m training.*`` commands in the manifests, parsed by the real
+parsers, and the files they share through the PVC.
+
+Checks: ``cli-flags`` (each command's arguments parse with its module's ``build_parser()``),
+``paths`` (training writes where selection reads, selection publishes where the
+InferenceService's ``storageUri`` points, every path is on a mounted PVC that exists, one
+``--data-dir``), ``model-types`` (the trained model types are ``training.models.MODEL_TYPES``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import io
+import posixpath
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from validation.argo import PLACEHOLDER, WORKFLOW_KINDS, workflow_spec
+from validation.core import Context, Hit, Obj, check
+from validation.pods import checked
+
+MODULE = re.compile(r"^training\.\w+$")
+
+
+@dataclass
+class Command:
+    """A parsed ``python -m training.<module>`` container command."""
+
+    module: str
+    args: object  # argparse.Namespace
+    obj: Obj
+    field: str
+    mounts: dict[str, str]  # mountPath -> PVC claim name
+
+    def on_claim(self, attr: str) -> tuple[str, str] | None:
+        """(claim, sub path) of the path option ``attr`` on a mounted PVC; None if not."""
+        path = posixpath.normpath(str(getattr(self.args, attr)))
+        for mp in sorted(self.mounts, key=len, reverse=True):
+            if path == mp or path.startswith(mp.rstrip("/") + "/"):
+                return self.mounts[mp], posixpath.relpath(path, mp) if path != mp else ""
+        return None
+
+
+def parse(module: str, args: list[str]):
+    """``module.build_parser().parse_args(args)``; returns (namespace, error message)."""
+    try:
+        parser = importlib.import_module(module).build_parser()
+    except Exception as e:  # noqa: BLE001 - an import failure is a finding
+        return None, f"cannot load {module}.build_parser(): {e}"
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err):
+            return parser.parse_args(args), ""
+    except SystemExit:
+        lines = err.getvalue().strip().splitlines()
+        return None, f"{module} rejects the arguments: {lines[-1] if lines else 'exit'}"
+
+
+def commands(ctx: Context) -> Iterator[Command | Hit]:
+    """Every training command (parsed), or a hit when it does not parse."""
+    for o, pt in checked(ctx):
+        wf_volumes = workflow_spec(o).get("volumes") or [] if o.kind in WORKFLOW_KINDS else []
+        claims = {
+            v.get("name"): v["persistentVolumeClaim"].get("claimName")
+            for v in [*(pt.pod.get("volumes") or []), *wf_volumes]
+            if v.get("persistentVolumeClaim")
+        }
+        for c, path in pt.containers:
+            argv = [str(x) for x in (c.get("command") or []) + (c.get("args") or [])]
+            if len(argv) < 3 or not argv[0].split("/")[-1].startswith("python") or argv[1] != "-m":
+                continue
+            if not MODULE.match(argv[2]):
+                continue
+            if left := [a for a in argv[3:] if PLACEHOLDER.search(a)]:
+                yield o, f"{path}.args", f"unresolved placeholders {left}"
+                continue
+            ns, err = parse(argv[2], argv[3:])
+            if err:
+                yield o, f"{path}.args", err
+                continue
+            mounts = {
+                m["mountPath"].rstrip("/") or "/": claims[m["name"]]
+                for m in c.get("volumeMounts") or []
+                if m.get("name") in claims and m.get("mountPath")
+            }
+            yield Command(argv[2], ns, o, f"{path}.args", mounts)
+
+
+@check("cli-flags")
+def cli_flags(ctx: Context) -> Iterator[Hit]:
+    """Every ``python -m training.*`` command parses with its module's real parser."""
+    yield from (c for c in commands(ctx) if not isinstance(c, Command))
+
+
+@check("paths")
+def paths(ctx: Context) -> Iterator[Hit]:
+    """Training output = selection input; publish path = storageUri; paths on existing PVCs."""
+    cmds = [c for c in commands(ctx) if isinstance(c, Command)]
+    pvcs = {(o.namespace, o.name) for o in ctx.kinds("PersistentVolumeClaim")}
+    where: dict[tuple, tuple] = {}
+    for c in cmds:
+        for attr in ("data_dir", "saved_model_dir", "candidates_dir", "serving_base_path"):
+            if getattr(c.args, attr, None) is None:
+                continue
+            loc = c.on_claim(attr)
+            if loc is None:
+                flag = "--" + attr.replace("_", "-")
+                yield (
+                    c.obj,
+                    c.field,
+                    f"{flag} {getattr(c.args, attr)} is not on a mounted PVC"
+                    f" (mounts: {c.mounts or 'none'})",
+                )
+            elif pvcs and (c.obj.namespace, loc[0]) not in pvcs:
+                yield c.obj, c.field, f"PVC {loc[0]} not in the manifests"
+            else:
+                where[(id(c), attr)] = loc
+    data_dirs = {where[k] for k in where if k[1] == "data_dir"}
+    if len(data_dirs) > 1:
+        yield cmds[0].obj, "", f"steps use different --data-dir: {sorted(data_dirs)}"
+    selects = [c for c in cmds if c.module == "training.select"]
+    for t in (c for c in cmds if c.module == "training.train"):
+        saved = where.get((id(t), "saved_model_dir"))
+        for s in selects:
+            cand = where.get((id(s), "candidates_dir"))
+            if saved and cand and saved != (cand[0], posixpath.join(cand[1], t.args.model_type)):
+                yield (
+                    t.obj,
+                    t.field,
+                    (
+                        f"--saved-model-dir {t.args.saved_model_dir} is not <--candidates-dir>/"
+                        f"{t.args.model_type} of the select step ({cand[0]}:{cand[1]})"
+                    ),
+                )
+    published = {where.get((id(s), "serving_base_path")) for s in selects} - {None}
+    for o in ctx.kinds("InferenceService"):
+        uri = str(((o.doc["spec"].get("predictor") or {}).get("model") or {}).get("storageUri", ""))
+        if m := re.fullmatch(r"pvc://([^/]+)/?(.*)", uri):
+            claim, sub, field = m.group(1), m.group(2).strip("/"), "spec.predictor.model.storageUri"
+            if pvcs and (o.namespace, claim) not in pvcs:
+                yield o, field, f"PVC {claim} not in the manifests"
+            for pub in published - {(claim, sub)}:
+                yield (
+                    o,
+                    field,
+                    f"storageUri {uri} is not where selection publishes (pvc://{pub[0]}/{pub[1]})",
+                )
+
+
+@check("model-types")
+def model_types(ctx: Context) -> Iterator[Hit]:
+    """The pipeline trains exactly ``training.models.MODEL_TYPES``."""
+    trains = [c for c in commands(ctx) if isinstance(c, Command) and c.module == "training.train"]
+    if not trains:
+        return
+    try:
+        expected = sorted(importlib.import_module("training.models").MODEL_TYPES)
+    except Exception as e:  # noqa: BLE001 - an import failure is a finding
+        yield trains[0].obj, "", f"cannot import training.models.MODEL_TYPES: {e}"
+        return
+    got = sorted(c.args.model_type for c in trains)
+    if sorted(set(got)) != expected:
+        yield (
+            trains[0].obj,
+            "",
+            f"trained model types {got} != training.models.MODEL_TYPES {expected}",
+        )

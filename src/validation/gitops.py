@@ -1,0 +1,93 @@
+"""GitOps topic: what Argo CD does with the rendered overlays.
+
+Checks: ``sync-waves`` (a PVC whose storage class binds on first consumer is not in an earlier
+sync wave than an object that consumes it: Argo CD waits for the earlier wave to be healthy,
+a Pending PVC is Progressing, the consumer's wave never comes - argo-cd #12840),
+``argocd-drift`` (an Application that syncs a memoize cache ConfigMap ignores its
+differences: the Argo controller rewrites it without kustomize's labels, an endless drift).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from validation.argo import WORKFLOW_KINDS, workflow_spec
+from validation.core import Context, Hit, Obj, check
+from validation.workflow import memo_caches
+
+WAVE = "argocd.argoproj.io/sync-wave"
+# Storage classes of the target clusters that bind on first consumer and are not rendered
+# here: k3s' built-in local-path (local-k3d).
+KNOWN_WAIT_FOR_FIRST_CONSUMER = {"local-path"}
+
+
+def wave(o: Obj) -> int:
+    """The object's Argo CD sync wave (0 when unset)."""
+    return int((o.meta.get("annotations") or {}).get(WAVE, 0))
+
+
+def claims_of(o: Obj) -> set[str]:
+    """PVC names an object consumes: pod/Workflow volumes, or a pvc:// storageUri."""
+    spec = (workflow_spec(o) if o.kind in WORKFLOW_KINDS else o.doc.get("spec")) or {}
+    out, stack = set(), [spec]
+    while stack:  # every persistentVolumeClaim.claimName and pvc:// URI anywhere in the spec
+        node = stack.pop()
+        if isinstance(node, dict):
+            if isinstance(node.get("persistentVolumeClaim"), dict):
+                out.add(node["persistentVolumeClaim"].get("claimName"))
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+        elif isinstance(node, str) and node.startswith("pvc://"):
+            out.add(node[6:].split("/", 1)[0])
+    return out
+
+
+@check("sync-waves")
+def sync_waves(ctx: Context) -> Iterator[Hit]:
+    """No first-consumer-bound PVC in an earlier sync wave than its consumers."""
+    wffc = KNOWN_WAIT_FOR_FIRST_CONSUMER | {
+        o.name
+        for o in ctx.everywhere("StorageClass")
+        if o.doc.get("volumeBindingMode") == "WaitForFirstConsumer"
+    }
+    consumers = [o for o in ctx.ours if not o.embedded_in and o.kind != "PersistentVolumeClaim"]
+    for pvc in ctx.kinds("PersistentVolumeClaim"):
+        if (pvc.doc.get("spec") or {}).get("storageClassName") not in wffc:
+            continue
+        for o in consumers:
+            if o.namespace == pvc.namespace and pvc.name in claims_of(o) and wave(o) > wave(pvc):
+                yield (
+                    pvc,
+                    f"metadata.annotations[{WAVE}]",
+                    (
+                        f"wave {wave(pvc)} < wave {wave(o)} of its consumer {o.ref}: the storage"
+                        " class binds on first consumer, the PVC stays Pending and Argo CD"
+                        " never reaches that wave"
+                    ),
+                )
+
+
+@check("argocd-drift")
+def memoize_cache_drift(ctx: Context) -> Iterator[Hit]:
+    """Applications syncing a memoize cache ConfigMap ignore its differences."""
+    for app in ctx.kinds("Application"):
+        synced = ctx.rendered.get(
+            str(((app.doc.get("spec") or {}).get("source") or {}).get("path", ""))
+        )
+        if not synced:
+            continue
+        ignored = {
+            (i.get("kind"), i.get("name")) for i in app.doc["spec"].get("ignoreDifferences") or []
+        }
+        caches = {name for _, name in memo_caches(Context(synced, ctx.rendered))}
+        for cm in (o for o in synced if o.kind == "ConfigMap" and o.name in caches):
+            if ("ConfigMap", cm.name) not in ignored:
+                yield (
+                    app,
+                    "spec.ignoreDifferences",
+                    (
+                        f"ConfigMap {cm.namespace}/{cm.name} is a memoize cache the Argo"
+                        " controller rewrites: ignore its differences (or leave it out of git)"
+                    ),
+                )

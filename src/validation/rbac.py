@@ -1,0 +1,208 @@
+"""RBAC topic: our Roles, bindings and what the pipeline and the Argo controller are granted.
+
+Checks: ``rbac-wildcard`` (no ``*`` in our rules), ``rbac-refs`` (a binding's roleRef names a
+rendered Role/ClusterRole or a built-in one), ``namespaces`` (subjects and the Workflow's
+service account exist in the right namespace), ``rbac-grants`` (the Workflow's service
+account may do what its resource steps and the executor do), ``controller-grants`` (the Argo
+workflow-controller's service account may create/update the memoize cache ConfigMaps: it
+writes them itself; checked when the controller is rendered with the pipeline).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+from validation.argo import WORKFLOW_KINDS, first_calls, workflow_spec
+from validation.core import Context, Hit, Obj, check
+from validation.workflow import memo_caches
+
+BUILTIN_CLUSTER_ROLES = {"cluster-admin", "admin", "edit", "view"}
+RBAC_GROUP = "rbac.authorization.k8s.io"
+# Verbs of the Argo executor per resource action (apply: get, then create or patch).
+ACTION_VERBS = {
+    "create": ("create",),
+    "apply": ("create", "patch", "get"),
+    "delete": ("delete",),
+    "patch": ("get", "patch"),
+    "replace": ("create", "get", "update"),
+}
+EXECUTOR_GRANTS = [("argoproj.io", "workflowtaskresults", v) for v in ("create", "patch")]
+CONTROLLER = ("Deployment", "workflow-controller")
+MEMO_VERBS = ("create", "update")
+
+
+@check("rbac-wildcard")
+def wildcards(ctx: Context) -> Iterator[Hit]:
+    """No ``*`` in apiGroups/resources/verbs of our Roles/ClusterRoles."""
+    for o in ctx.kinds("Role", "ClusterRole"):
+        for rule in o.doc.get("rules") or []:
+            for key in ("apiGroups", "resources", "verbs"):
+                if "*" in (rule.get(key) or []):
+                    yield o, "rules", f"wildcard '*' in {key} of rule {rule}"
+
+
+@check("rbac-refs")
+def role_refs(ctx: Context) -> Iterator[Hit]:
+    """roleRef of our (Cluster)RoleBindings names a Role/ClusterRole that exists."""
+    roles = {(o.namespace, o.name) for o in ctx.kinds("Role")}
+    cluster_roles = {o.name for o in ctx.everywhere("ClusterRole")} | BUILTIN_CLUSTER_ROLES
+    for o in ctx.kinds("RoleBinding", "ClusterRoleBinding"):
+        ref = o.doc.get("roleRef") or {}
+        if ref.get("apiGroup") != RBAC_GROUP:
+            yield o, "roleRef.apiGroup", f"must be {RBAC_GROUP}"
+        if ref.get("kind") == "Role" and o.kind == "RoleBinding":
+            if (o.namespace, ref.get("name")) not in roles:
+                have = sorted(n for ns, n in roles if ns == o.namespace)
+                yield (
+                    o,
+                    "roleRef.name",
+                    f"no Role {o.namespace}/{ref.get('name')} (Roles there: {have or 'none'})",
+                )
+        elif ref.get("kind") == "ClusterRole":
+            if ref.get("name") not in cluster_roles:
+                yield (
+                    o,
+                    "roleRef.name",
+                    f"no ClusterRole {ref.get('name')} rendered (nor a built-in one)",
+                )
+        else:
+            yield o, "roleRef.kind", f"{ref.get('kind')!r} invalid in a {o.kind}"
+
+
+@check("namespaces")
+def subject_namespaces(ctx: Context) -> Iterator[Hit]:
+    """RoleBinding subjects and Workflow service accounts exist, in the object's namespace."""
+    sas = {(o.namespace, o.name) for o in ctx.kinds("ServiceAccount")}
+    for o in ctx.kinds("RoleBinding"):
+        for s in o.doc.get("subjects") or []:
+            ns, name = s.get("namespace", o.namespace), s.get("name")
+            if s.get("kind") != "ServiceAccount" or (ns, name) == ("argo", "argo"):
+                continue  # the Argo controller's account is upstream's (see controller-grants)
+            if ns != o.namespace:
+                yield o, f"subjects[{name}].namespace", f"{ns} != binding namespace {o.namespace}"
+            elif sas and (ns, name) not in sas:
+                yield o, f"subjects[{name}].name", f"no ServiceAccount {ns}/{name}"
+    for o in ctx.kinds(*WORKFLOW_KINDS):
+        sa = workflow_spec(o).get("serviceAccountName")
+        if sa and sas and (o.namespace, sa) not in sas:
+            yield o, "spec.serviceAccountName", f"no ServiceAccount {o.namespace}/{sa}"
+
+
+def plural(kind: str) -> str:
+    """The resource name of a kind (the lower-case English plural the API server uses)."""
+    k = kind.lower()
+    if k.endswith("y") and k[-2:-1] not in "aeiou":
+        return k[:-1] + "ies"
+    return k + ("es" if k.endswith(("s", "x", "ch", "sh")) else "s")
+
+
+def bound_roles(objs: list[Obj], sa: tuple[str, str], namespace: str) -> list[Obj]:
+    """Roles/ClusterRoles bound to service account ``sa`` with effect in ``namespace``."""
+    roles = {(o.kind, o.namespace, o.name): o for o in objs if o.kind in ("Role", "ClusterRole")}
+    out = []
+    for b in objs:
+        if b.kind not in ("RoleBinding", "ClusterRoleBinding") or (
+            b.kind == "RoleBinding" and b.namespace != namespace
+        ):
+            continue
+        subjects = {
+            (s.get("namespace") or b.namespace, s.get("name"))
+            for s in b.doc.get("subjects") or []
+            if s.get("kind") == "ServiceAccount"
+        }
+        ref = b.doc.get("roleRef") or {}
+        role = roles.get(
+            (ref.get("kind"), b.namespace if ref.get("kind") == "Role" else "", ref.get("name"))
+        )
+        if sa in subjects and role is not None:
+            out.append(role)
+    return out
+
+
+def grants(roles: list[Obj], group: str, resource: str, verb: str, name: str = "") -> bool:
+    """Whether any rule of ``roles`` allows ``verb`` on ``resource`` (named ``name``, when
+    given) of API ``group``."""
+    for r in (r for role in roles for r in role.doc.get("rules") or []):
+        names = r.get("resourceNames") or []
+        if names and (verb in ("create", "list", "watch") or name not in names):
+            continue  # resourceNames cannot restrict these verbs
+        if all(
+            want in (r.get(key) or []) or "*" in (r.get(key) or [])
+            for key, want in (("apiGroups", group), ("resources", resource), ("verbs", verb))
+        ):
+            return True
+    return False
+
+
+def manifest_kind(manifest: str) -> tuple[str, str] | None:
+    """(API group, kind) of a resource template's manifest, read without substitution."""
+    api = re.search(r"^apiVersion:\s*['\"]?([\w.\-/]+)", manifest, re.M)
+    kind = re.search(r"^kind:\s*['\"]?(\w+)", manifest, re.M)
+    return (api.group(1).rpartition("/")[0], kind.group(1)) if api and kind else None
+
+
+def needed(wf: Obj) -> Iterator[tuple[str, str, str, str]]:
+    """(group, resource, verb, why) the Workflow's service account needs."""
+    for call in first_calls(wf):
+        res = call.template.get("resource") or {}
+        if gk := manifest_kind(str(res.get("manifest") or "")):
+            group, resource = gk[0], plural(gk[1])
+            why = f"{call.path} (resource action {res.get('action')})"
+            for verb in ACTION_VERBS.get(str(res.get("action")), ()):
+                yield group, resource, verb, why
+            if "successCondition" in res or "failureCondition" in res:
+                for verb in ("get", "watch"):
+                    yield group, resource, verb, f"{why} success/failureCondition"
+    for group, resource, verb in EXECUTOR_GRANTS:
+        yield group, resource, verb, "the Argo executor (step outputs/progress)"
+
+
+@check("rbac-grants")
+def pipeline_grants(ctx: Context) -> Iterator[Hit]:
+    """The Role(s) bound to each Workflow's service account grant what its steps use."""
+    sas = {(o.namespace, o.name) for o in ctx.kinds("ServiceAccount")}
+    for wf in ctx.kinds(*WORKFLOW_KINDS):
+        sa = (wf.namespace, workflow_spec(wf).get("serviceAccountName") or "default")
+        if sa not in sas:
+            continue  # not rendered here (namespaces reports it)
+        roles = bound_roles(ctx.ours, sa, wf.namespace)
+        for group, resource, verb, why in needed(wf):
+            if not grants(roles, group, resource, verb):
+                msg = (
+                    f"missing verb {verb!r} on {resource}.{group or 'core'} for {sa[0]}/{sa[1]},"
+                    f" needed by {why} of {wf.ref}"
+                )
+                if len(roles) == 1:
+                    yield roles[0], "rules", msg
+                else:
+                    yield (
+                        wf,
+                        "spec.serviceAccountName",
+                        f"{msg} (bound: {[r.ref for r in roles] or 'none'})",
+                    )
+
+
+@check("controller-grants")
+def controller_grants(ctx: Context) -> Iterator[Hit]:
+    """The workflow-controller's service account may create/update the memoize caches."""
+    everything = [o for objs in ctx.rendered.values() for o in objs]
+    controller = next((o for o in everything if (o.kind, o.name) == CONTROLLER), None)
+    if controller is None:
+        return  # the Argo platform is not rendered: nothing to check against
+    pod = controller.doc["spec"]["template"]["spec"]
+    sa = (controller.namespace, pod.get("serviceAccountName") or "default")
+    for ns, cm in sorted(set(memo_caches(ctx))):
+        wf = next(o for o in ctx.kinds(*WORKFLOW_KINDS) if o.namespace == ns)
+        roles = bound_roles(everything, sa, ns)
+        for verb in MEMO_VERBS:
+            if not grants(roles, "", "configmaps", verb, "" if verb == "create" else cm):
+                yield (
+                    wf,
+                    "spec.templates",
+                    (
+                        f"memoize cache ConfigMap {ns}/{cm}: the controller's ServiceAccount "
+                        f"{sa[0]}/{sa[1]} may not {verb} configmaps in {ns}"
+                        f" (bound: {[r.ref for r in roles]})"
+                    ),
+                )

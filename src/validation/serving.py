@@ -1,0 +1,93 @@
+"""Serving topic: the InferenceService, its logger, and what the pipeline's serve step applies.
+
+Checks: ``inferenceservice`` (replica bounds, the tensorflow format speaks protocol v1, the
+named runtime is rendered by the platform), ``logger-url`` (the logger URL is
+``<service>.<namespace>.svc`` of a rendered Service in the same namespace),
+``serve-consistency`` (the serve step's partial InferenceService agrees with the one in git).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+from validation.core import Context, Hit, check
+
+LOGGER_URL = re.compile(
+    r"^https?://([^./:]+)\.([^./:]+)(?:\.svc(?:\.cluster\.local)?)?(?::\d+)?(?:/|$)"
+)
+
+
+def components(isvc) -> Iterator[tuple[str, dict]]:
+    """(component name, spec) of an InferenceService (predictor, transformer, explainer)."""
+    for comp, spec in (isvc.doc.get("spec") or {}).items():
+        if isinstance(spec, dict):
+            yield comp, spec
+
+
+@check("inferenceservice")
+def inference_service(ctx: Context) -> Iterator[Hit]:
+    """Replica bounds, protocol v1 for tensorflow, and the runtime exists (when rendered)."""
+    runtimes = {o.name for o in ctx.everywhere("ServingRuntime", "ClusterServingRuntime")}
+    for o in ctx.kinds("InferenceService"):
+        for comp, spec in components(o):
+            lo, hi = spec.get("minReplicas"), spec.get("maxReplicas")
+            for key, n in (("minReplicas", lo), ("maxReplicas", hi)):
+                if isinstance(n, int) and n < 0:
+                    yield o, f"spec.{comp}.{key}", f"{n} < 0"
+            if isinstance(lo, int) and isinstance(hi, int) and 0 < hi < lo:  # 0: no upper bound
+                yield o, f"spec.{comp}.minReplicas", f"minReplicas {lo} > maxReplicas {hi}"
+            model = spec.get("model") if isinstance(spec.get("model"), dict) else {}
+            proto = model.get("protocolVersion")
+            if (model.get("modelFormat") or {}).get("name") == "tensorflow" and proto not in (
+                None,
+                "v1",
+            ):
+                yield (
+                    o,
+                    f"spec.{comp}.model.protocolVersion",
+                    f"{proto!r}: the tensorflow format (TF Serving) speaks v1 only",
+                )
+            if model.get("runtime") and runtimes and model["runtime"] not in runtimes:
+                yield (
+                    o,
+                    f"spec.{comp}.model.runtime",
+                    (
+                        f"no ServingRuntime/ClusterServingRuntime {model['runtime']!r} rendered"
+                        f" (have: {sorted(runtimes)})"
+                    ),
+                )
+
+
+@check("logger-url")
+def logger_url(ctx: Context) -> Iterator[Hit]:
+    """An InferenceService logger sends to a rendered Service of its own namespace."""
+    services = {(o.namespace, o.name) for o in ctx.kinds("Service")}
+    for o in ctx.kinds("InferenceService"):
+        for comp, spec in components(o):
+            if not (url := (spec.get("logger") or {}).get("url")):
+                continue
+            field, m = f"spec.{comp}.logger.url", LOGGER_URL.match(url)
+            if not m:
+                yield o, field, f"logger url {url} is not http://<service>.<namespace>.svc"
+            elif m.group(2) != o.namespace:
+                yield o, field, f"logger namespace {m.group(2)} != {o.namespace}"
+            elif services and (m.group(2), m.group(1)) not in services:
+                yield o, field, f"no Service {m.group(2)}/{m.group(1)} for the logger"
+
+
+@check("serve-consistency")
+def serve_step(ctx: Context) -> Iterator[Hit]:
+    """What the serve step applies (server-side) agrees with the InferenceService in git."""
+    live = {(o.namespace, o.name): o for o in ctx.kinds("InferenceService") if not o.embedded_in}
+    for e in ctx.kinds("InferenceService"):
+        if e.embedded_in and (ref := live.get((e.namespace, e.name))):
+            for key in ("storageUri", "modelFormat"):
+                a = ((e.doc["spec"].get("predictor") or {}).get("model") or {}).get(key)
+                b = ((ref.doc["spec"].get("predictor") or {}).get("model") or {}).get(key)
+                if a is not None and a != b:
+                    yield (
+                        e,
+                        f"spec.predictor.model.{key}",
+                        f"{a!r} != {b!r} of {ref.ref} ({ref.source})",
+                    )

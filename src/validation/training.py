@@ -1,0 +1,77 @@
+"""Training-job topic: TFJobs, and the pipeline steps that wait for them.
+
+Checks: ``tfjob-conditions`` (a step creating a TFJob fails the way training-operator v1.9.4
+reports it: by ``status.conditions``; ``status.replicaStatuses`` counters miss in-place
+restarts, so a crash-looping job would be polled until the deadline; success may also be
+``succeeded = <replicas>`` of a declared replica type), ``tfjob-restart-policy``
+(a restart policy whose failures are counted: ``ExitCode`` or ``Never``; ``OnFailure`` and
+``Always`` restart in place and the step never sees the failure).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+from validation.argo import substitute
+from validation.core import Context, Hit, check
+
+COUNTED_RESTART_POLICIES = ("ExitCode", "Never")
+CONDITION_KEY = re.compile(
+    r"^\s*!?\s*([A-Za-z0-9_.\-/]+)\s*(==|=|!=|>|<|\s+in\s|\s+notin\s)?\s*(.*?)\s*$"
+)
+
+
+def condition_problem(key: str, req: str, specs: dict) -> str:
+    """Why one requirement of a TFJob step's condition is wrong ('' when it is right)."""
+    m = CONDITION_KEY.match(req)
+    path, op, value = m.groups() if m else (req.strip(), "", "")
+    parts = path.split(".")
+    if parts[:2] == ["status", "conditions"]:
+        return ""
+    if key == "failureCondition" or parts[:2] != ["status", "replicaStatuses"] or len(parts) != 4:
+        return f"{path}: judge the TFJob by status.conditions (counters miss in-place restarts)"
+    if parts[2] not in specs:
+        return f"{path}: replica type {parts[2]!r} is not in tfReplicaSpecs {sorted(specs)}"
+    replicas = str((specs[parts[2]] or {}).get("replicas", 1))
+    if parts[3] != "succeeded" or op.strip() not in ("=", "==") or value != replicas:
+        return (
+            f"{path} {op.strip()} {value}: success needs succeeded = {replicas} (the replica count)"
+        )
+    return ""
+
+
+@check("tfjob-conditions")
+def tfjob_conditions(ctx: Context) -> Iterator[Hit]:
+    """A TFJob step fails on the operator's verdict (``status.conditions``) and succeeds on it
+    or on ``status.replicaStatuses.<type>.succeeded = <replicas>``."""
+    for job in ctx.kinds("TFJob"):
+        res = job.extra.get("resource")
+        if res is None or res.get("action") != "create":
+            continue
+        wf, step = job.extra["workflow"], job.embedded_in.rsplit(".manifest", 1)[0]
+        specs = (job.doc.get("spec") or {}).get("tfReplicaSpecs") or {}
+        for key in ("successCondition", "failureCondition"):
+            if key not in res:
+                yield wf, f"{step}.{key}", "missing: the step must wait for the TFJob's verdict"
+            for req in substitute(str(res.get(key, "")), job.extra["values"]).split(","):
+                if req.strip() and (problem := condition_problem(key, req, specs)):
+                    yield wf, f"{step}.{key}", f"{problem} (call {job.extra['caller']})"
+
+
+@check("tfjob-restart-policy")
+def tfjob_restart_policy(ctx: Context) -> Iterator[Hit]:
+    """Every TFJob replica restarts with a policy whose failures are counted."""
+    for job in ctx.kinds("TFJob"):
+        for rtype, rspec in ((job.doc.get("spec") or {}).get("tfReplicaSpecs") or {}).items():
+            policy = (rspec or {}).get("restartPolicy")
+            if policy not in COUNTED_RESTART_POLICIES:
+                yield (
+                    job,
+                    f"spec.tfReplicaSpecs.{rtype}.restartPolicy",
+                    (
+                        f"{policy!r}: in-place restarts are never counted as failures; use one of "
+                        f"{list(COUNTED_RESTART_POLICIES)}"
+                        " (ExitCode retries only retryable exit codes)"
+                    ),
+                )
