@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
-# Install Argo CD (pinned, with our health checks) and hand the environment to GitOps: the
-# root app-of-apps syncs argocd/apps/<env> -> platform apps -> the ML overlay.
+# Install Argo CD (pinned, with our health checks) and hand the environment to GitOps: only the
+# projects and the root app are applied here; the root app syncs argocd/apps/<env> from git,
+# whose sync waves order the platform apps before the ML overlay.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+BOOTSTRAP_SELECTOR="fashion-mnist.example.com/bootstrap=true"
 if wants_help "${1:-}" || [[ $# -ne 1 ]]; then
   cat <<USAGE
 usage: scripts/bootstrap-argocd.sh <env>      env: local-k3d | gpu-cloud
-Installs Argo CD ${ARGOCD_VERSION} (argocd/install, server-side) and applies argocd/apps/<env>.
-Idempotent. Prerequisites not managed by Argo CD: cert-manager and Knative Serving + Kourier
-(scripts/install-platform.sh installs them).
+Installs Argo CD ${ARGOCD_VERSION} (argocd/install, server-side), then applies the AppProjects
+and the root Application of argocd/apps/<env> (label ${BOOTSTRAP_SELECTOR}).
+Argo CD then syncs from the repository set in argocd/apps/common/repository.yaml: set it to
+your fork and push first (docs/gitops.md). Idempotent. Prerequisites not managed by Argo CD:
+cert-manager and Knative Serving + Kourier (scripts/install-platform.sh installs them).
 USAGE
   wants_help "${1:-}" && exit 0
   exit 2
@@ -18,5 +22,6 @@ APPS="${REPO_ROOT}/argocd/apps/$1"
 "${KUBECTL}" apply --server-side --force-conflicts -k "${REPO_ROOT}/argocd/install"
 "${KUBECTL}" -n argocd rollout status deploy --timeout=300s
 "${KUBECTL}" -n argocd rollout status statefulset/argocd-application-controller --timeout=300s
-"${KUBECTL}" apply --server-side -k "${APPS}"
-log "Argo CD syncs $1; watch: kubectl -n argocd get applications"
+"${KUBECTL}" apply --server-side -k "${APPS}" -l "${BOOTSTRAP_SELECTOR}"
+log "Argo CD syncs $1 from $("${KUBECTL}" -n argocd get application root -o jsonpath='{.spec.source.repoURL}')"
+log "watch: kubectl -n argocd get applications"

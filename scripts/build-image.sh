@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
-# Build the one image that runs every pipeline step and import it into k3d (no registry).
+# Build the one image that runs every pipeline step and import it into k3d (no registry), or
+# push it (gpu-cloud). The image reference is the one the overlay deploys (read from it).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 if wants_help "${1:-}"; then
   cat <<USAGE
 usage: scripts/build-image.sh [--gpu] [--push]
-Builds ${IMAGE_NAME}:${IMAGE_TAG} from the repo's Dockerfile (base ${PYTHON_BASE_IMAGE}) and
-imports it into k3d cluster '${CLUSTER_NAME}'. --gpu: build with the 'gpu' extra and tag
-${REGISTRY}/${IMAGE_NAME}:${IMAGE_TAG}-gpu; --push: push that tag instead of importing.
+Builds the pipeline image from the repo's Dockerfile (base ${PYTHON_BASE_IMAGE}) and imports it
+into k3d cluster '${CLUSTER_NAME}'. The reference is the pipeline's 'image' parameter as
+overlays/local-k3d renders it (--gpu: overlays/gpu-cloud, built with the 'gpu' extra).
+--push: push it to its registry instead of importing.
 USAGE
   exit 0
 fi
@@ -19,13 +21,10 @@ for arg in "$@"; do
     *) die "unknown argument ${arg} (see --help)" ;;
   esac
 done
+if [[ "${GPU}" == true ]]; then OVERLAY=gpu-cloud EXTRAS=gpu; else OVERLAY=local-k3d EXTRAS=""; fi
+TAG="$(overlay_param "${OVERLAY}" image)"
 need docker
-if [[ "${GPU}" == true ]]; then
-  TAG="${REGISTRY}/${IMAGE_NAME}:${IMAGE_TAG}-gpu" EXTRAS=gpu
-else
-  TAG="${IMAGE_NAME}:${IMAGE_TAG}" EXTRAS=""
-fi
-log "building ${TAG}"
+log "building ${TAG} (overlays/${OVERLAY})"
 docker build --build-arg "PYTHON_BASE_IMAGE=${PYTHON_BASE_IMAGE}" --build-arg "EXTRAS=${EXTRAS}" \
   -t "${TAG}" "${REPO_ROOT}"
 if [[ "${PUSH}" == true ]]; then

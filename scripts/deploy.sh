@@ -7,6 +7,8 @@ if wants_help "${1:-}" || [[ $# -ne 1 ]]; then
   cat <<USAGE
 usage: scripts/deploy.sh <overlay>      overlay: local-k3d | gpu-cloud
 Renders overlays/<overlay> with kustomize and applies it server-side; idempotent.
+The InferenceService becomes Ready only once a first model version exists on the PVC
+(TF Serving waits for one): run the pipeline (scripts/submit-pipeline.sh --wait).
 USAGE
   wants_help "${1:-}" && exit 0
   exit 2

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Shared helpers: repo root, versions.env, usage. Sourced by every script.
+# Shared helpers: repo root, versions.env, usage, and the pipeline helpers used by
+# submit-pipeline.sh, train.sh and build-image.sh. Sourced by every script.
 set -euo pipefail
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # shellcheck source=../versions.env
@@ -8,10 +9,86 @@ KUBECTL="${KUBECTL:-kubectl}"
 if ! command -v "${KUBECTL}" >/dev/null 2>&1 && [[ -x "${REPO_ROOT}/.venv/bin/kubectl" ]]; then
   KUBECTL="${REPO_ROOT}/.venv/bin/kubectl"
 fi
+# Python for serialising manifests (json: stdlib) and reading rendered YAML (PyYAML, in .venv).
+if [[ -z "${PYTHON:-}" ]]; then
+  if [[ -x "${REPO_ROOT}/.venv/bin/python" ]]; then PYTHON="${REPO_ROOT}/.venv/bin/python"; else PYTHON=python3; fi
+fi
 CLUSTER_NAME="${CLUSTER_NAME:-fashion-mnist}"
 NAMESPACE="${NAMESPACE:-fashion-mnist}"
+PIPELINE="fashion-mnist-pipeline"   # the WorkflowTemplate (base/ml/pipeline/workflowtemplate.yaml)
 
 log() { printf '==> %s\n' "$*" >&2; }
 die() { printf 'error: %s\n' "$*" >&2; exit 1; }
-need() { command -v "$1" >/dev/null 2>&1 || die "$1 is required (see docs/readme-gitops.md)"; }
+need() { command -v "$1" >/dev/null 2>&1 || die "$1 is required (see docs/gitops.md)"; }
 wants_help() { [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; }
+
+# overlay_param OVERLAY NAME: the value of the pipeline parameter NAME as overlays/OVERLAY
+# renders it (e.g. `image`: the environment's image repository + the one tag).
+overlay_param() {
+  [[ -f "${REPO_ROOT}/overlays/$1/kustomization.yaml" ]] || die "no overlay $1"
+  "${KUBECTL}" kustomize "${REPO_ROOT}/overlays/$1" | "${PYTHON}" -c '
+import sys
+import yaml
+name = sys.argv[1]
+for doc in yaml.safe_load_all(sys.stdin):
+    if doc and doc.get("kind") == "WorkflowTemplate":
+        for p in doc["spec"]["arguments"]["parameters"]:
+            if p["name"] == name:
+                print(p["value"])
+                sys.exit(0)
+sys.exit(f"error: the pipeline has no parameter {name}")
+' "$2"
+}
+
+# workflow_json ENTRYPOINT [NAME=VALUE ...]: a Workflow running ENTRYPOINT of the pipeline
+# WorkflowTemplate with these arguments, serialised by json.dumps (values may hold any
+# character: quotes, JSON, newlines).
+workflow_json() {
+  "${PYTHON}" -c '
+import json
+import sys
+ns, template, entrypoint, *params = sys.argv[1:]
+args = []
+for p in params:
+    name, sep, value = p.partition("=")
+    if not sep or not name:
+        sys.exit(f"error: parameter {p!r} is not name=value")
+    args.append({"name": name, "value": value})
+wf = {
+    "apiVersion": "argoproj.io/v1alpha1",
+    "kind": "Workflow",
+    "metadata": {"generateName": f"{template}-", "namespace": ns},
+    "spec": {
+        "workflowTemplateRef": {"name": template},
+        "entrypoint": entrypoint,
+        "arguments": {"parameters": args},
+    },
+}
+print(json.dumps(wf, indent=2))
+' "${NAMESPACE}" "${PIPELINE}" "$@"
+}
+
+# wait_workflow WORKFLOW TIMEOUT POLL: poll the Workflow's phase; 0 when Succeeded, 1 (with
+# Argo's message) as soon as it is Failed or Error, 1 after TIMEOUT seconds.
+wait_workflow() {
+  local wf="$1" deadline=$((SECONDS + $2)) phase
+  while true; do
+    phase="$("${KUBECTL}" -n "${NAMESPACE}" get "${wf}" -o jsonpath='{.status.phase}')"
+    case "${phase}" in
+      Succeeded)
+        log "${wf}: Succeeded"
+        return 0
+        ;;
+      Failed | Error)
+        printf 'error: %s: %s: %s\n' "${wf}" "${phase}" \
+          "$("${KUBECTL}" -n "${NAMESPACE}" get "${wf}" -o jsonpath='{.status.message}')" >&2
+        return 1
+        ;;
+    esac
+    if ((SECONDS >= deadline)); then
+      printf 'error: %s: still %s after %ss\n' "${wf}" "${phase:-Pending}" "$2" >&2
+      return 1
+    fi
+    sleep "$3"
+  done
+}

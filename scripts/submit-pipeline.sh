@@ -1,48 +1,38 @@
 #!/usr/bin/env bash
-# Submit a run of the fashion-mnist-pipeline WorkflowTemplate (argo CLI if present, else a
-# Workflow object via kubectl create) and optionally wait for it.
+# Submit a run of the fashion-mnist-pipeline WorkflowTemplate (a Workflow built by a serializer,
+# created with kubectl) and optionally wait for it.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
-if wants_help "${1:-}"; then
+usage() {
   cat <<USAGE
-usage: scripts/submit-pipeline.sh [--wait] [-p name=value ...]
-Submits workflowtemplate/fashion-mnist-pipeline in namespace ${NAMESPACE}. Parameters
-(-p epochs=2 ...) override the template's arguments. --wait: block until it finishes.
+usage: scripts/submit-pipeline.sh [--wait] [--entrypoint NAME] [-p name=value ...]
+Creates a Workflow from workflowtemplate/${PIPELINE} in namespace ${NAMESPACE} and prints
+its name. -p overrides a parameter by name (values may contain any character, e.g.
+-p train-resources='{"requests": {"cpu": "1"}}'). --entrypoint: a template other than
+'pipeline' (train-all, or train with -p model-type=...; scripts/train.sh uses them).
+--wait: block until the run ends; exit 0 when Succeeded, 1 as soon as it is Failed/Error.
+Env: TIMEOUT (seconds, default 21600), POLL (seconds, default 10).
 USAGE
-  exit 0
-fi
-WAIT=false PARAMS=()
+}
+if wants_help "${1:-}"; then usage; exit 0; fi
+WAIT=false ENTRYPOINT=pipeline PARAMS=()
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --wait) WAIT=true; shift ;;
-    -p) PARAMS+=("$2"); shift 2 ;;
-    *) die "unknown argument $1 (see --help)" ;;
+    --entrypoint)
+      [[ $# -ge 2 ]] || die "--entrypoint needs a value"
+      ENTRYPOINT="$2"; shift 2 ;;
+    -p)
+      [[ $# -ge 2 && "$2" == *=* ]] || die "-p needs name=value"
+      PARAMS+=("$2"); shift 2 ;;
+    *) usage >&2; die "unknown argument $1" ;;
   esac
 done
-if command -v argo >/dev/null 2>&1; then
-  args=(submit -n "${NAMESPACE}" --from workflowtemplate/fashion-mnist-pipeline)
-  for p in "${PARAMS[@]+"${PARAMS[@]}"}"; do args+=(-p "${p}"); done
-  [[ "${WAIT}" == true ]] && args+=(--wait)
-  exec argo "${args[@]}"
-fi
-params_yaml=""
-for p in "${PARAMS[@]+"${PARAMS[@]}"}"; do
-  params_yaml+=$'\n'"      - name: ${p%%=*}"$'\n'"        value: \"${p#*=}\""
-done
-name="$("${KUBECTL}" create -o name -f - <<WF
-apiVersion: argoproj.io/v1alpha1
-kind: Workflow
-metadata:
-  generateName: fashion-mnist-pipeline-
-  namespace: ${NAMESPACE}
-spec:
-  workflowTemplateRef:
-    name: fashion-mnist-pipeline
-  arguments:
-    parameters:${params_yaml:- []}
-WF
-)"
-log "submitted ${name}"
+TIMEOUT="${TIMEOUT:-21600}" POLL="${POLL:-10}"
+manifest="$(workflow_json "${ENTRYPOINT}" "${PARAMS[@]+"${PARAMS[@]}"}")"
+name="$(printf '%s\n' "${manifest}" | "${KUBECTL}" create -o name -f -)"
+log "submitted ${name} (entrypoint ${ENTRYPOINT})"
+printf '%s\n' "${name}"
 if [[ "${WAIT}" == true ]]; then
-  "${KUBECTL}" -n "${NAMESPACE}" wait "${name}" --for=jsonpath='{.status.phase}'=Succeeded --timeout=6h
+  wait_workflow "${name}" "${TIMEOUT}" "${POLL}"
 fi
