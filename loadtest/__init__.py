@@ -1,2 +1,2 @@
 """Load testing of the model server: Locust users, the local mode, the autoscaling observer and
-the ``hey`` wrapper. Run as modules from the repository root (``python -m loadtest.local``)."""
+the ``hey`` wrapper. An installed package (``python -m loadtest.local`` from any directory)."""

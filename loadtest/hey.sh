@@ -17,7 +17,7 @@ Usage: loadtest/hey.sh [options]
   --keep             reuse an existing --payload file
   -h, --help         this help
 
-Runs from the repository root; needs `hey` (apt-get install hey) and .venv (or $PYTHON).
+Runs from any directory; needs `hey` (apt-get install hey) and this checkout's .venv (or $PYTHON).
 USAGE
 }
 
@@ -28,7 +28,8 @@ CONCURRENCY=5
 COUNT=1
 PAYLOAD="input.json"
 KEEP=0
-PYTHON="${PYTHON:-.venv/bin/python}"
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+PYTHON="${PYTHON:-$ROOT/.venv/bin/python}"
 
 while [[ $# -gt 0 ]]; do
   case "$1" in

@@ -2,12 +2,13 @@
 
     python -m loadtest.local --work-dir work [--duration 20s] [--users 5]
 
-Serves ``<work-dir>/models/fashion-mnist`` (what ``make demo`` publishes; exit 2 with "run make
-demo first" when there is no version), runs ``loadtest/locustfile.py`` headless with its stages
-squeezed into ``--duration``, writes ``<work-dir>/loadtest/`` (``locust_stats.csv``,
-``locust_stats_history.csv``, ``locust_failures.csv``, ``report.html``, ``server.log``,
-``payload.json``), stops the server and exits with Locust's code: 0 when the thresholds
-(failure ratio, p95 latency, minimum requests/s) hold, 1 otherwise.
+Serves ``<work-dir>/models/fashion-mnist`` (what ``make demo`` publishes; exit 1 with one line
+ending in "run make demo first" when there is no version), runs ``loadtest/locustfile.py``
+headless with its stages squeezed into ``--duration``, writes ``<work-dir>/loadtest/``
+(``locust_stats.csv``, ``locust_stats_history.csv``, ``locust_failures.csv``, ``report.html``,
+``server.log``, ``payload.json``), stops the server and exits with Locust's code: 0 when the
+thresholds (failure ratio, p95 latency, minimum requests/s) hold, 1 otherwise. Runs from any
+directory.
 """
 
 from __future__ import annotations
@@ -20,15 +21,17 @@ import subprocess
 import sys
 from pathlib import Path
 
+from fmnist_common import MODEL_NAME, predict_body
+from fmnist_common.cli import ConfigError, options_argv, positive_int, run_cli
+
 LOCUSTFILE = Path(__file__).with_name("locustfile.py")
-DEMO_HINT = "run make demo first"
 
 
 def parse_duration(text: str) -> float:
     """``"20s"``, ``"2m"``, ``"1m30s"``, ``"45"`` -> seconds.
 
     Raises:
-        ValueError: unparseable or not positive.
+        ValueError: unparseable or not positive (argparse turns it into a usage error).
     """
     text = text.strip().lower()
     if re.fullmatch(r"\d+(\.\d+)?", text):
@@ -66,69 +69,85 @@ def read_aggregated(stats_csv: Path) -> dict:
 
 def build_parser() -> argparse.ArgumentParser:
     """Options: work dir, duration, users, thresholds, model name, Host header."""
-    p = argparse.ArgumentParser(prog="python -m loadtest.local", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    p = argparse.ArgumentParser(
+        prog="python -m loadtest.local",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--work-dir", type=Path, default=Path("work"))
-    p.add_argument("--model-name", default="fashion-mnist")
-    p.add_argument("--duration", default="20s", help="whole run, all stages (e.g. 20s, 2m)")
-    p.add_argument("--users", type=int, default=5, help="peak concurrent users")
+    p.add_argument("--model-name", default=MODEL_NAME)
+    p.add_argument(
+        "--duration",
+        type=parse_duration,
+        default="20s",
+        help="whole run, all stages (e.g. 20s, 2m)",
+    )
+    p.add_argument("--users", type=positive_int, default=5, help="peak concurrent users")
     p.add_argument("--max-failure-ratio", type=float, default=0.01)
     p.add_argument("--max-p95-ms", type=float, default=1000.0)
     p.add_argument("--min-rps", type=float, default=5.0)
     p.add_argument("--host-header", default="", help="Host header sent with every request")
-    p.add_argument("--image-count", type=int, default=300, help="test images to cycle through")
+    p.add_argument(
+        "--image-count", type=positive_int, default=300, help="test images to cycle through"
+    )
     return p
 
 
+def locust_command(args: argparse.Namespace, url: str, payload: Path, out: Path) -> list[str]:
+    """The headless Locust command line for a run of ``args.duration`` seconds against ``url``."""
+    options = {
+        "--host": url,
+        "--model-name": args.model_name,
+        "--payload-file": payload,
+        "--peak-users": args.users,
+        "--shape-spawn-rate": args.users,
+        **{f"--{stage}": seconds for stage, seconds in split_stages(args.duration).items()},
+        "--max-failure-ratio": args.max_failure_ratio,
+        "--max-p95-ms": args.max_p95_ms,
+        "--min-rps": args.min_rps,
+        "--run-time": f"{int(args.duration) + 5}s",
+        "--stop-timeout": 5,
+        "--csv": out / "locust",
+        "--html": out / "report.html",
+        "--loglevel": "INFO",
+    }
+    if args.host_header:
+        options["--host-header"] = args.host_header
+    flags = ["--headless", "--csv-full-history", "--only-summary"]
+    command = [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), *flags]
+    return command + options_argv(options)
+
+
 def main(args: argparse.Namespace) -> int:
-    """Run the local load test; returns the exit code (0 pass, 1 thresholds, 2 no model)."""
-    from serving.launch import LocalServer, ServerStartError
+    """Run the local load test; returns Locust's exit code (0 thresholds held, 1 not).
+
+    Raises:
+        ConfigError: no published model under ``<work-dir>/models/<model-name>``.
+        ServerStartError: the model server did not become ready.
+    """
+    from loadtest.payload import load_encoded_test_images
+    from serving.launch import LocalServer
     from serving.versions import ModelVersionNotFoundError, find_latest_version
 
     base = args.work_dir / "models" / args.model_name
     try:
         version, _ = find_latest_version(base)
     except ModelVersionNotFoundError as exc:
-        print(f"{exc}\n{DEMO_HINT}", file=sys.stderr)
-        return 2
-    duration = parse_duration(args.duration)
+        raise ConfigError(f"{exc}; run make demo first") from exc
     out = args.work_dir / "loadtest"
     out.mkdir(parents=True, exist_ok=True)
-
-    from loadtest.payload import load_encoded_test_images, predict_body
-
     payload = out / "payload.json"
     payload.write_text(json.dumps(predict_body(load_encoded_test_images(args.image_count)[0])))
 
-    try:
-        server = LocalServer(base, args.model_name, log_path=out / "server.log").start()
-    except ServerStartError as exc:
-        print(f"model server failed to start: {exc}", file=sys.stderr)
-        return 1
-    print(f"serving {args.model_name} version {version} at {server.url}", flush=True)
-    stages = split_stages(duration)
-    cmd = [
-        sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--headless",
-        "--host", server.url, "--model-name", args.model_name,
-        "--payload-file", str(payload),
-        "--peak-users", str(args.users), "--shape-spawn-rate", str(max(1, args.users)),
-        *[f"--{k}={v}" for k, v in stages.items()],
-        "--max-failure-ratio", str(args.max_failure_ratio),
-        "--max-p95-ms", str(args.max_p95_ms), "--min-rps", str(args.min_rps),
-        "--run-time", f"{int(duration) + 5}s", "--stop-timeout", "5",
-        "--csv", str(out / "locust"), "--csv-full-history", "--html", str(out / "report.html"),
-        "--only-summary", "--loglevel", "INFO",
-    ]  # fmt: skip
-    if args.host_header:
-        cmd += ["--host-header", args.host_header]
-    try:
-        proc = subprocess.run(cmd, timeout=duration + 90)
-        code = proc.returncode
-    except subprocess.TimeoutExpired:
-        print("locust did not finish in time", file=sys.stderr)
-        code = 1
-    finally:
-        server.stop()
+    with LocalServer(base, args.model_name, log_path=out / "server.log") as server:
+        print(f"serving {args.model_name} version {version} at {server.url}", flush=True)
+        try:
+            code = subprocess.run(
+                locust_command(args, server.url, payload, out), timeout=args.duration + 90
+            ).returncode
+        except subprocess.TimeoutExpired:
+            print("locust did not finish in time", file=sys.stderr)
+            code = 1
     stats_csv = out / "locust_stats.csv"
     if stats_csv.exists():
         row = read_aggregated(stats_csv)
@@ -142,8 +161,10 @@ def main(args: argparse.Namespace) -> int:
 
 
 def cli(argv: list[str] | None = None) -> int:
-    """Console entry point."""
-    return main(build_parser().parse_args(argv))
+    """Console entry point (``make loadtest-local``)."""
+    from serving.launch import ServerStartError
+
+    return run_cli(main, build_parser(), (ServerStartError,), argv)
 
 
 if __name__ == "__main__":

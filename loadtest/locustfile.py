@@ -31,11 +31,12 @@ import random
 
 from locust import FastHttpUser, LoadTestShape, between, constant, events, task
 
+from fmnist_common import MODEL_NAME, predict_body, predict_path
 from loadtest.payload import DEFAULT_IMAGE_COUNT, check_predict_response
 from loadtest.shape import stage_users, threshold_failures
 
 log = logging.getLogger("loadtest")
-REQUEST_NAME = "/v1/models/[name]:predict"
+REQUEST_NAME = predict_path("[name]")
 _IMAGES: list[bytes] = []
 
 
@@ -45,7 +46,7 @@ def add_options(parser) -> None:
     add = parser.add_argument
     add(
         "--model-name",
-        default="fashion-mnist",
+        default=MODEL_NAME,
         env_var="LOCUST_MODEL_NAME",
         help="model name in /v1/models/<name>:predict",
     )
@@ -96,8 +97,13 @@ def add_options(parser) -> None:
     )
     add("--max-failure-ratio", type=float, default=0.01, env_var="LOCUST_MAX_FAILURE_RATIO")
     add("--max-p95-ms", type=float, default=1000.0, env_var="LOCUST_MAX_P95_MS")
-    add("--min-rps", type=float, default=1.0, env_var="LOCUST_MIN_RPS",
-        help="minimum average requests/s over the run")  # fmt: skip
+    add(
+        "--min-rps",
+        type=float,
+        default=1.0,
+        env_var="LOCUST_MIN_RPS",
+        help="minimum average requests/s over the run",
+    )
 
 
 def load_images(options) -> list[bytes]:
@@ -134,16 +140,15 @@ class PredictUser(FastHttpUser):
         if opts.wait_ms > 0:
             w = opts.wait_ms / 1000.0
             self.wait_time = between(0.5 * w, 1.5 * w).__get__(self)
-        self.path = f"/v1/models/{opts.model_name}:predict"
+        self.path = predict_path(opts.model_name)
         self.headers = {"Content-Type": "application/json"}
         if opts.host_header:
             self.headers["Host"] = opts.host_header
         self.n = max(1, opts.instances)
         images = load_images(opts)
-        encoded = [base64.b64encode(img).decode("ascii") for img in images]
         self.bodies = [
-            json.dumps({"instances": [{"b64": b} for b in encoded[i : i + self.n]]}).encode()
-            for i in range(0, len(encoded) - self.n + 1, self.n)
+            json.dumps(predict_body(images[i : i + self.n])).encode()
+            for i in range(0, len(images) - self.n + 1, self.n)
         ]
         random.shuffle(self.bodies)
         self.i = 0
@@ -172,10 +177,8 @@ class StagesShape(LoadTestShape):
 
     def tick(self):
         opts = self.runner.environment.parsed_options
-        users = stage_users(
-            self.get_run_time(), opts.peak_users, opts.ramp_up_s, opts.hold_s,
-            opts.ramp_down_s, opts.idle_s,
-        )  # fmt: skip
+        stages = (opts.ramp_up_s, opts.hold_s, opts.ramp_down_s, opts.idle_s)
+        users = stage_users(self.get_run_time(), opts.peak_users, *stages)
         return None if users is None else (users, opts.shape_spawn_rate)
 
 

@@ -1,11 +1,11 @@
-"""Request payloads from real Fashion-MNIST test images and the response check shared by the
-Locust users, ``make_payload`` and the tests."""
+"""Real Fashion-MNIST test images for request bodies, and the response check shared by the
+Locust users, ``make_payload`` and the tests (bodies: :func:`fmnist_common.predict_body`)."""
 
 from __future__ import annotations
 
-import base64
 import math
-import os
+
+from fmnist_common import NUM_CLASSES
 
 DEFAULT_IMAGE_COUNT = 300
 
@@ -27,16 +27,12 @@ def load_encoded_test_images(
     return encode_images(images, image_format), [int(x) for x in labels]
 
 
-def predict_body(images: list[bytes]) -> dict:
-    """V1 body ``{"instances": [{"b64": standard base64}, ...]}``."""
-    return {"instances": [{"b64": base64.b64encode(img).decode("ascii")} for img in images]}
-
-
 def check_predict_response(status: int, payload, n_instances: int, tol: float = 1e-3) -> str | None:
     """Judge one predict response; ``None`` if good, else why it is a failure.
 
     A response is good when the status is 200 and ``payload`` (parsed JSON) is
-    ``{"predictions": [[10 numbers] x n_instances]}`` with every row summing to 1 within ``tol``.
+    ``{"predictions": [[NUM_CLASSES numbers] x n_instances]}`` with every row summing to 1
+    within ``tol``.
     An ``{"error": ...}`` body is a failure whatever the status.
     """
     if isinstance(payload, dict) and "error" in payload:
@@ -47,8 +43,8 @@ def check_predict_response(status: int, payload, n_instances: int, tol: float = 
     if not isinstance(preds, list) or len(preds) != n_instances:
         return f"expected {n_instances} predictions, got {str(payload)[:200]}"
     for row in preds:
-        if not isinstance(row, list) or len(row) != 10:
-            return f"prediction row of shape other than [10]: {str(row)[:100]}"
+        if not isinstance(row, list) or len(row) != NUM_CLASSES:
+            return f"prediction row of shape other than [{NUM_CLASSES}]: {str(row)[:100]}"
         try:
             total = math.fsum(row)
         except TypeError:
@@ -56,9 +52,3 @@ def check_predict_response(status: int, payload, n_instances: int, tol: float = 
         if not abs(total - 1.0) <= tol:
             return f"probabilities sum to {total:.6f}, not 1"
     return None
-
-
-def env_float(name: str, default: float) -> float:
-    """``float($name)`` or ``default`` when unset/empty."""
-    value = os.environ.get(name, "")
-    return float(value) if value.strip() else default

@@ -6,8 +6,9 @@ from __future__ import annotations
 import math
 
 
-def stage_users(t: float, peak: int, ramp_up: float, hold: float, ramp_down: float,
-                idle: float) -> int | None:  # fmt: skip
+def stage_users(
+    t: float, peak: int, ramp_up: float, hold: float, ramp_down: float, idle: float
+) -> int | None:
     """Users wanted ``t`` seconds into the run; ``None`` once all stages are over.
 
     Ramp up linearly to ``peak`` (at least 1 user as soon as the run starts), hold, ramp down

@@ -17,7 +17,8 @@ Exit codes:
   raises :class:`ConfigError` or one of the exception classes it passes to :func:`run_cli`,
   which prints it as **one line** on stderr, ``<prog>: error: <message>``, with no traceback.
   Any other exception is a bug and keeps its traceback;
-* ``2``: a usage error found by argparse (its own message and exit code).
+* ``2``: a usage error found by argparse (its own message and exit code); value checks that
+  need no I/O belong in the parser (``type=positive_int``), not in ``main``.
 
 Logging: :func:`run_cli` calls :func:`configure_logging` once per process; modules only call
 ``logging.getLogger(__name__)``. Progress goes to logging (stderr); results meant for the reader
@@ -76,3 +77,24 @@ def run_cli(
         print(f"{parser.prog}: error: {message}", file=sys.stderr)
         return 1
     return code if isinstance(code, int) else 0
+
+
+def positive_int(text: str) -> int:
+    """argparse ``type=`` for counts that must be at least 1.
+
+    Raises:
+        argparse.ArgumentTypeError: not an integer, or below 1 (argparse: usage error, exit 2).
+    """
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def options_argv(options: dict[str, object]) -> list[str]:
+    """``{"--epochs": 3, "--out": Path("x")}`` -> ``["--epochs", "3", "--out", "x"]``: the
+    command line of another program, built from a readable option table (values via ``str``)."""
+    return [str(item) for option in options.items() for item in option]

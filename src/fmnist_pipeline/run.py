@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from fmnist_common import CLASS_NAMES, MODEL_NAME, MODEL_TYPES
-from fmnist_common.cli import ConfigError, run_cli
+from fmnist_common.cli import options_argv, positive_int, run_cli
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +82,7 @@ def train_args(
     }
     if data_dir:
         options["--data-dir"] = data_dir
-    return [str(item) for option in options.items() for item in option]
+    return options_argv(options)
 
 
 def run_stage(module, argv: list[str]) -> None:
@@ -166,9 +166,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--work-dir", default="work", help="plays the role of the PVC")
     p.add_argument("--data-dir", default=None, help="tfds data dir (default: $TFDS_DATA_DIR)")
     p.add_argument("--budget", choices=sorted(BUDGETS), default="quick")
-    p.add_argument("--num-workers", type=int, default=2)
+    p.add_argument("--num-workers", type=positive_int, default=2)
     p.add_argument("--model-types", nargs="+", default=list(MODEL_TYPES), choices=MODEL_TYPES)
-    p.add_argument("--predict-images", type=int, default=8)
+    p.add_argument("--predict-images", type=positive_int, default=8)
     p.add_argument("--no-serve", action="store_true", help="stop after selection")
     p.add_argument("--run-id", default=None, help="default: demo-<timestamp>")
     return p
@@ -178,7 +178,6 @@ def main(args: argparse.Namespace) -> int:
     """Run every stage and print the summary; returns 0.
 
     Raises:
-        ConfigError: ``--num-workers`` or ``--predict-images`` below 1.
         The first failing stage's error (see :func:`cli` for the list).
     """
     import tensorflow_datasets as tfds
@@ -189,8 +188,6 @@ def main(args: argparse.Namespace) -> int:
     from training.data import DATASET_NAME, DATASET_VERSION
     from training.launcher import launch
 
-    if args.num_workers < 1 or args.predict_images < 1:
-        raise ConfigError("--num-workers and --predict-images must be at least 1")
     work = Path(args.work_dir).resolve()
     work.mkdir(parents=True, exist_ok=True)
     budget = BUDGETS[args.budget]
@@ -224,8 +221,8 @@ def main(args: argparse.Namespace) -> int:
         "--report": report_path,
         "--run-id": run_id,
     }
-    select_args = [str(item) for option in select_options.items() for item in option]
-    run_stage(selection, [*select_args, "--model-types", *args.model_types, *data_args])
+    select_args = [*options_argv(select_options), "--model-types", *args.model_types]
+    run_stage(selection, [*select_args, *data_args])
     report = json.loads(report_path.read_text())
     histories = load_histories(work / "candidates", args.model_types)
     curves = plot_training_curves(histories, work / "reports" / "training_curves.png")

@@ -1,4 +1,5 @@
-"""Real load runs on loopback: Locust headless (local mode) and hey."""
+"""Real load runs on loopback: Locust headless (local mode) and hey, started from a directory
+other than the repository root."""
 
 from __future__ import annotations
 
@@ -11,12 +12,14 @@ from pathlib import Path
 
 import pytest
 
+from fmnist_common.cli import options_argv
 from loadtest.local import parse_duration, read_aggregated, split_stages
 from loadtest.payload import check_predict_response
 from loadtest.shape import stage_users, threshold_failures
 
 ROOT = Path(__file__).resolve().parents[2]
 HEY_SH = ROOT / "loadtest" / "hey.sh"
+LOCUSTFILE = ROOT / "loadtest" / "locustfile.py"
 
 
 def test_check_predict_response():
@@ -58,24 +61,38 @@ def test_threshold_failures():
     assert threshold_failures(Total(), opts) == ["no requests were made"]
 
 
+def run(cmd: list, cwd: Path, timeout: float = 120, **kw) -> subprocess.CompletedProcess:
+    """``cmd`` (items turned into strings) run in ``cwd``, output captured as text."""
+    cmd = [str(c) for c in cmd]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=cwd, **kw)
+
+
 def test_local_mode_without_model_says_run_make_demo(tmp_path):
-    proc = subprocess.run(
-        [sys.executable, "-m", "loadtest.local", "--work-dir", str(tmp_path)],
-        capture_output=True, text=True, timeout=120, cwd=ROOT,
-    )  # fmt: skip
-    assert proc.returncode == 2
-    assert "run make demo first" in proc.stderr
+    proc = run([sys.executable, "-m", "loadtest.local", "--work-dir", tmp_path], cwd=tmp_path)
+    assert proc.returncode == 1
+    [line] = proc.stderr.strip().splitlines()
+    assert line.startswith("python -m loadtest.local: error: ") and "run make demo first" in line
+
+
+def test_local_mode_bad_duration_is_a_usage_error(tmp_path):
+    proc = run([sys.executable, "-m", "loadtest.local", "--duration", "soon"], cwd=tmp_path)
+    assert proc.returncode == 2 and "--duration" in proc.stderr
 
 
 @pytest.mark.slow
-def test_local_mode_locust_run_passes_thresholds(loadtest_work_dir):
-    proc = subprocess.run(
-        [sys.executable, "-m", "loadtest.local", "--work-dir", str(loadtest_work_dir),
-         "--duration", "16s", "--users", "5", "--min-rps", "5", "--max-p95-ms", "1000",
-         "--max-failure-ratio", "0.0", "--image-count", "200",
-         "--host-header", "fashion-mnist.fashion-mnist.example.com"],
-        capture_output=True, text=True, timeout=200, cwd=ROOT,
-    )  # fmt: skip
+def test_local_mode_locust_run_passes_thresholds(loadtest_work_dir, tmp_path):
+    options = {
+        "--work-dir": loadtest_work_dir,
+        "--duration": "16s",
+        "--users": 5,
+        "--min-rps": 5,
+        "--max-p95-ms": 1000,
+        "--max-failure-ratio": 0.0,
+        "--image-count": 200,
+        "--host-header": "fashion-mnist.fashion-mnist.example.com",
+    }
+    cmd = [sys.executable, "-m", "loadtest.local", *options_argv(options)]
+    proc = run(cmd, cwd=tmp_path, timeout=200)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]
     assert "thresholds passed" in out and "load test PASSED" in out
@@ -96,14 +113,20 @@ def test_local_mode_locust_run_passes_thresholds(loadtest_work_dir):
 @pytest.mark.slow
 def test_locust_thresholds_fail_the_exit_code(shared_server, payload_file, tmp_path):
     """Locust run directly: an impossible throughput threshold makes it exit 1."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "locust", "-f", str(ROOT / "loadtest" / "locustfile.py"),
-         "--headless", "--host", shared_server.url, "--payload-file", str(payload_file),
-         "--peak-users", "2", "--ramp-up-s", "1", "--hold-s", "2", "--ramp-down-s", "0.5",
-         "--idle-s", "0.5", "--min-rps", "1000000", "--csv", str(tmp_path / "run"),
-         "--only-summary", "--run-time", "10s"],
-        capture_output=True, text=True, timeout=120, cwd=ROOT,
-    )  # fmt: skip
+    options = {
+        "--host": shared_server.url,
+        "--payload-file": payload_file,
+        "--peak-users": 2,
+        "--ramp-up-s": 1,
+        "--hold-s": 2,
+        "--ramp-down-s": 0.5,
+        "--idle-s": 0.5,
+        "--min-rps": 1000000,
+        "--csv": tmp_path / "run",
+        "--run-time": "10s",
+    }
+    locust = [sys.executable, "-m", "locust", "-f", LOCUSTFILE, "--headless", "--only-summary"]
+    proc = run([*locust, *options_argv(options)], cwd=tmp_path)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 1, out[-3000:]
     assert "thresholds FAILED" in out and "< 1000000" in out
@@ -130,14 +153,16 @@ def test_make_payload(payload_file):
 
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("hey") is None, reason="hey is not installed")
-def test_hey_real_run(shared_server, payload_file):
-    proc = subprocess.run(
-        [str(HEY_SH), "--url", shared_server.predict_url, "-z", "2s", "-c", "2",
-         "--host", "fashion-mnist.fashion-mnist.example.com",
-         "--payload", str(payload_file), "--keep"],
-        capture_output=True, text=True, timeout=120, cwd=ROOT,
-        env={**os.environ, "PYTHON": sys.executable},
-    )  # fmt: skip
+def test_hey_real_run(shared_server, payload_file, tmp_path):
+    options = {
+        "--url": shared_server.predict_url,
+        "-z": "2s",
+        "-c": 2,
+        "--host": "fashion-mnist.fashion-mnist.example.com",
+        "--payload": payload_file,
+    }
+    cmd = [HEY_SH, *options_argv(options), "--keep"]
+    proc = run(cmd, cwd=tmp_path, env={**os.environ, "PYTHON": sys.executable})
     assert proc.returncode == 0, proc.stderr
     assert "Requests/sec" in proc.stdout
     assert "[200]" in proc.stdout

@@ -32,10 +32,19 @@ def test_pipeline_end_to_end(tmp_path, data_dir):
     assert (work / "reports" / "server.log").stat().st_size > 0
 
 
-def test_configuration_error_is_one_line_and_exit_1(tmp_path):
-    cmd = [sys.executable, "-m", "fmnist_pipeline", "--work-dir", str(tmp_path), "--num-workers"]
-    proc = subprocess.run([*cmd, "0"], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+def test_failure_is_one_line_and_exit_1(tmp_path):
+    """A work dir that is a file: exit 1, one line on stderr, no traceback."""
+    not_a_dir = tmp_path / "work"
+    not_a_dir.write_text("")
+    cmd = [sys.executable, "-m", "fmnist_pipeline", "--work-dir", str(not_a_dir)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert proc.returncode == 1, proc.stdout + proc.stderr
-    assert proc.stderr.strip().splitlines() == [
-        "python -m fmnist_pipeline: error: --num-workers and --predict-images must be at least 1"
-    ]
+    [line] = proc.stderr.strip().splitlines()
+    assert line.startswith("python -m fmnist_pipeline: error: [Errno 17] File exists"), line
+
+
+def test_usage_error_exits_2(tmp_path):
+    cmd = [sys.executable, "-m", "fmnist_pipeline", "--num-workers", "0"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert proc.returncode == 2
+    assert "--num-workers: must be at least 1, got 0" in proc.stderr
