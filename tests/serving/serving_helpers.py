@@ -7,6 +7,8 @@ import io
 
 import numpy as np
 
+from fmnist_common import predict_body as body  # noqa: F401  (the V1 body, for the tests)
+
 
 def signature_output(model_base_version_dir, images: list[bytes]) -> np.ndarray:
     """``serving_default`` called in-process (the reference for the server's answers)."""
@@ -28,10 +30,6 @@ def encode(array: np.ndarray, fmt: str, **kw) -> bytes:
     buf = io.BytesIO()
     Image.fromarray(array).save(buf, format=fmt, **kw)
     return buf.getvalue()
-
-
-def body(images: list[bytes]) -> dict:
-    return {"instances": [{"b64": b64(img)} for img in images]}
 
 
 def image_kinds(grey: np.ndarray) -> dict[str, bytes]:
