@@ -338,11 +338,29 @@ def main(args: argparse.Namespace) -> dict:
     return history
 
 
+# Exit code when a peer is lost (a collective op fails with one of these errors): >= 128, so
+# the training operator (TFJob restartPolicy ExitCode) re-creates the pod instead of failing the
+# job, which it does for codes 1-127 (a bug, a bad argument: retrying cannot help).
+PEER_LOST_EXIT_CODE = 138
+PEER_LOST_ERRORS = ("UnavailableError", "DeadlineExceededError", "AbortedError", "CancelledError")
+
+
 def cli(argv: list[str] | None = None) -> int:
-    """Console entry point (``fmnist-train``)."""
+    """Console entry point (``fmnist-train``): 0 on success, ``PEER_LOST_EXIT_CODE`` when a peer
+    was lost (retryable), other failures raise (exit 1, permanent)."""
     training.configure_logging()
     args = build_parser().parse_args(argv)
-    main(args)
+    try:
+        main(args)
+    except Exception as e:
+        import tensorflow as tf
+
+        if not any(isinstance(e, getattr(tf.errors, n)) for n in PEER_LOST_ERRORS):
+            raise
+        log.error(
+            "lost a peer (%s: %s); exiting %d (retryable)", type(e).__name__, e, PEER_LOST_EXIT_CODE
+        )
+        return PEER_LOST_EXIT_CODE
     return 0
 
 
