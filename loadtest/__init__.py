@@ -1,2 +1,3 @@
 """Load testing of the model server: Locust users, the local mode, the autoscaling observer and
-the ``hey`` wrapper. An installed package (``python -m loadtest.local`` from any directory)."""
+the ``hey`` wrapper. Importable from any directory through ``src/loadtest`` (see there):
+``python -m loadtest.local``."""

@@ -25,7 +25,6 @@ import json
 import logging
 import math
 import os
-import re
 import shutil
 import sys
 import time
@@ -35,7 +34,7 @@ from pathlib import Path
 import numpy as np
 
 import training  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
-from training.export import INPUT_NAME, OUTPUT_NAME, SIGNATURE_KEY
+from fmnist_common import INPUT_NAME, MAX_VERSION, OUTPUT_NAME, SIGNATURE_KEY, parse_version
 from training.models import MODEL_TYPES
 
 log = logging.getLogger("training.select")
@@ -130,9 +129,6 @@ def evaluate_candidate(
     }
 
 
-MAX_VERSION = 2**63 - 1  # TF Serving versions are int64
-
-
 def check_run_id(path: Path, run_id: str) -> None:
     """Raise ``ValueError`` unless ``path`` was trained by run ``run_id`` (stale candidate)."""
     history = path / "training_history.json"
@@ -151,7 +147,7 @@ def next_version(base: Path) -> int:
         SelectionError: the next version would not fit TF Serving's int64 versions.
     """
     names = [e.name for e in base.iterdir()] if base.exists() else []
-    versions = [int(n) for n in names if re.fullmatch(r"[0-9]+", n)]
+    versions = [v for v in map(parse_version, names) if v is not None]
     version = max(versions, default=0) + 1
     if version > MAX_VERSION:
         raise SelectionError(f"next version {version} in {base} exceeds int64")
