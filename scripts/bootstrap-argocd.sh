@@ -13,13 +13,17 @@ and the root Application of argocd/apps/<env> (label ${BOOTSTRAP_SELECTOR}).
 Argo CD then syncs from the repository set in argocd/apps/common/repository.yaml: set it to
 your fork and push first (docs/gitops.md). Idempotent. Prerequisites not managed by Argo CD:
 cert-manager and Knative Serving + Kourier (scripts/install-platform.sh installs them).
+Env: UPSTREAM_MIRROR_DIR   offline: Argo CD's install manifest from this mirror (../shared/upstream).
 USAGE
   wants_help "${1:-}" && exit 0
   exit 2
 fi
 APPS="${REPO_ROOT}/argocd/apps/$1"
 [[ -f "${APPS}/kustomization.yaml" ]] || die "no environment $1 (${APPS})"
-"${KUBECTL}" apply --server-side --force-conflicts -k "${REPO_ROOT}/argocd/install"
+WORK="$(mktemp -d)"
+trap 'rm -rf "${WORK}"' EXIT
+mirror_kustomization "${REPO_ROOT}/argocd/install" "${WORK}/install"
+"${KUBECTL}" apply --server-side --force-conflicts -k "${WORK}/install"
 "${KUBECTL}" -n argocd rollout status deploy --timeout=300s
 "${KUBECTL}" -n argocd rollout status statefulset/argocd-application-controller --timeout=300s
 "${KUBECTL}" apply --server-side -k "${APPS}" -l "${BOOTSTRAP_SELECTOR}"

@@ -92,3 +92,36 @@ wait_workflow() {
     sleep "$3"
   done
 }
+
+# mirror_kustomization SRC DEST: copy the kustomization directory SRC to DEST; with
+# UPSTREAM_MIRROR_DIR set (offline), each pinned remote resource of it is replaced by its
+# mirror file (the URL -> file mapping of src/validation/render.py, from versions.env).
+mirror_kustomization() {
+  mkdir -p "$2"
+  cp -r "$1/." "$2/"
+  [[ -n "${UPSTREAM_MIRROR_DIR:-}" ]] || return 0
+  PYTHONPATH="${REPO_ROOT}/src${PYTHONPATH:+:${PYTHONPATH}}" "${PYTHON}" - "$2" \
+    "${UPSTREAM_MIRROR_DIR}" "${REPO_ROOT}/versions.env" <<'PY'
+import shutil
+import sys
+from pathlib import Path
+
+import yaml
+from validation.render import parse_versions_env, remote_refs
+
+kdir, mirror = Path(sys.argv[1]), Path(sys.argv[2])
+refs = remote_refs(parse_versions_env(Path(sys.argv[3])))
+kfile = kdir / "kustomization.yaml"
+k = yaml.safe_load(kfile.read_text())
+resources = []
+for r in k.get("resources") or []:
+    if r in refs:
+        shutil.copyfile(mirror / refs[r], kdir / refs[r])
+        r = refs[r]
+    elif "://" in r or r.startswith("github.com/"):
+        sys.exit(f"error: no mirror file for remote resource {r}")
+    resources.append(r)
+k["resources"] = resources
+kfile.write_text(yaml.safe_dump(k))
+PY
+}
