@@ -1,0 +1,107 @@
+"""scripts/submit-pipeline.sh and scripts/train.sh against a fake kubectl (KUBECTL=...).
+
+The fake records the Workflow it is given and answers `get ... {.status.phase}` from a list of
+phases, one per call, so the tests see what the scripts submit and how fast --wait returns.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+FAKE = """#!{python}
+import json, pathlib, sys
+state = pathlib.Path({state!r})
+args = sys.argv[1:]
+if "create" in args:
+    (state / "created.json").write_text(sys.stdin.read())
+    print("workflow.argoproj.io/fashion-mnist-pipeline-abcde")
+elif any("status.phase" in a for a in args):
+    phases = json.loads((state / "phases.json").read_text())
+    n = int((state / "n").read_text()) if (state / "n").exists() else 0
+    (state / "n").write_text(str(n + 1))
+    print(phases[min(n, len(phases) - 1)], end="")
+elif any("status.message" in a for a in args):
+    print("child 'train' failed", end="")
+"""
+
+
+@pytest.fixture
+def fake(tmp_path):
+    kubectl = tmp_path / "kubectl"
+    kubectl.write_text(FAKE.format(python=sys.executable, state=str(tmp_path)))
+    kubectl.chmod(0o755)
+
+    def run(script: str, *args: str, phases=("Succeeded",), timeout_s="60"):
+        (tmp_path / "phases.json").write_text(json.dumps(list(phases)))
+        env = {**os.environ, "KUBECTL": str(kubectl), "POLL": "0.05", "TIMEOUT": timeout_s}
+        start = time.monotonic()
+        proc = subprocess.run(
+            [str(REPO / "scripts" / script), *args],
+            env=env, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        created = tmp_path / "created.json"
+        wf = json.loads(created.read_text()) if created.exists() else None
+        return proc, wf, time.monotonic() - start
+
+    return run
+
+
+def params(wf: dict) -> dict[str, str]:
+    return {p["name"]: p["value"] for p in wf["spec"]["arguments"]["parameters"]}
+
+
+def test_values_with_quotes_survive(fake):
+    resources = '{"requests": {"cpu": "1"}, "limits": {"cpu": "2"}}'
+    proc, wf, _ = fake(
+        "submit-pipeline.sh", "-p", f"train-resources={resources}", "-p", 'note=a "b" c'
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert wf["spec"]["workflowTemplateRef"] == {"name": "fashion-mnist-pipeline"}
+    assert wf["spec"]["entrypoint"] == "pipeline"
+    assert params(wf) == {"train-resources": resources, "note": 'a "b" c'}
+
+
+@pytest.mark.parametrize("phase", ["Failed", "Error"])
+def test_wait_fails_promptly(fake, phase):
+    proc, _, seconds = fake("submit-pipeline.sh", "--wait", phases=("Running", phase))
+    assert proc.returncode == 1, proc.stderr
+    assert phase in proc.stderr and "child 'train' failed" in proc.stderr
+    assert seconds < 10
+
+
+def test_wait_succeeds(fake):
+    proc, _, _ = fake("submit-pipeline.sh", "--wait", phases=("Pending", "Running", "Succeeded"))
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_wait_times_out(fake):
+    proc, _, _ = fake("submit-pipeline.sh", "--wait", phases=("Running",), timeout_s="0")
+    assert proc.returncode == 1 and "still Running" in proc.stderr
+
+
+def test_bad_parameter_is_one_line_error(fake):
+    proc, wf, _ = fake("submit-pipeline.sh", "-p", "epochs")
+    assert proc.returncode != 0 and wf is None
+    assert proc.stderr.strip().splitlines()[-1].startswith("error:")
+
+
+def test_dev_loop_runs_the_pipelines_train_template(fake):
+    proc, wf, _ = fake("train.sh", "batch_norm", "-p", "epochs=1")
+    assert proc.returncode == 0, proc.stderr
+    assert wf["spec"]["entrypoint"] == "train"
+    assert params(wf) == {"model-type": "batch_norm", "epochs": "1"}
+    proc, wf, _ = fake("train.sh")
+    assert wf["spec"]["entrypoint"] == "train-all" and params(wf) == {}
+
+
+def test_dev_loop_fails_when_training_fails(fake):
+    proc, _, _ = fake("train.sh", "cnn", phases=("Running", "Failed"))
+    assert proc.returncode == 1
