@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from collections.abc import Callable, Sequence
 
@@ -43,7 +44,10 @@ class ConfigError(Exception):
 
 def configure_logging() -> None:
     """WARNING for everything (TensorFlow, absl, HTTP libraries), INFO for this project's
-    loggers (:data:`PROJECT_LOGGERS`), one line per record on stderr."""
+    loggers (:data:`PROJECT_LOGGERS`), one line per record on stderr. TensorFlow's own C++ log
+    is set to warnings and errors (``TF_CPP_MIN_LOG_LEVEL=2`` unless set; it takes effect when
+    TensorFlow loads, so programs import it inside ``main``, and child processes inherit it)."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     logging.basicConfig(level=logging.WARNING, format=LOG_FORMAT)
     for name in PROJECT_LOGGERS:
         logging.getLogger(name).setLevel(logging.INFO)
