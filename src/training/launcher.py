@@ -24,6 +24,7 @@ import threading
 import time
 
 from fmnist_common import free_ports
+from fmnist_common.cli import ConfigError, run_cli
 from training.tf_config import make_tf_config
 
 TAIL_LINES = 20
@@ -169,21 +170,26 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(args: argparse.Namespace) -> float:
-    """Launch and wait; returns wall seconds (raises :class:`LaunchError`)."""
+def main(args: argparse.Namespace) -> int:
+    """Launch the replicas and wait; returns 0 when all finished.
+
+    Raises:
+        ConfigError: an impossible cluster (``--num-workers`` < 1, ``--chief`` with 1).
+        LaunchError: a replica failed or the job timed out.
+    """
     train_args = args.train_args[1:] if args.train_args[:1] == ["--"] else args.train_args
-    return launch(train_args, args.num_workers, args.chief, args.name, args.timeout)
+    try:
+        cluster_spec(args.num_workers, args.chief)  # validate before starting anything
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc
+    seconds = launch(train_args, args.num_workers, args.chief, args.name, args.timeout)
+    print(f"launcher: all replicas finished in {seconds:.1f} s")
+    return 0
 
 
 def cli(argv: list[str] | None = None) -> int:
-    """Console entry point (``fmnist-launch``): exit 1 with the failure on stderr."""
-    try:
-        seconds = main(build_parser().parse_args(argv))
-    except LaunchError as exc:
-        print(f"launcher: {exc}", file=sys.stderr)
-        return 1
-    print(f"launcher: all replicas finished in {seconds:.1f} s")
-    return 0
+    """Console entry point (``fmnist-launch``): exit 1 with one line on stderr on failure."""
+    return run_cli(main, build_parser(), (LaunchError,), argv)
 
 
 if __name__ == "__main__":

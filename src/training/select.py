@@ -35,6 +35,8 @@ import numpy as np
 
 import training  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 from fmnist_common import INPUT_NAME, MAX_VERSION, OUTPUT_NAME, SIGNATURE_KEY, parse_version
+from training.data import DatasetError
+from training.leftovers import make_owned_dir, release_dir, remove_stale_dirs
 from training.models import MODEL_TYPES
 
 log = logging.getLogger("training.select")
@@ -157,6 +159,9 @@ def next_version(base: Path) -> int:
 def publish(candidate: Path, base: Path) -> tuple[int, Path]:
     """Copy ``candidate`` to ``base/<next version>`` atomically (stage, then rename).
 
+    First removes the ``.staging-*`` copies of selections that were killed while publishing
+    (provably stale: see :mod:`training.leftovers`).
+
     Returns:
         ``(version, path)``.
 
@@ -164,17 +169,20 @@ def publish(candidate: Path, base: Path) -> tuple[int, Path]:
         FileExistsError: another publisher took that version in the meantime.
     """
     base.mkdir(parents=True, exist_ok=True)
+    remove_stale_dirs(base, ".staging-*")  # copies of selections killed while publishing
     version = next_version(base)
-    staging = base / f".staging-{version}-{uuid.uuid4().hex[:8]}"
+    staging = make_owned_dir(base, f".staging-{version}-")
     try:
-        shutil.copytree(candidate, staging)
+        shutil.copytree(candidate, staging, dirs_exist_ok=True)
         if not (staging / "saved_model.pb").is_file():
             raise FileNotFoundError(f"staged copy {staging} has no saved_model.pb")
         target = base / str(version)
         if target.exists():
             raise SelectionError(f"version {version} appeared at {target} while publishing")
+        release_dir(staging)  # its lock file must not be published
         os.rename(staging, target)  # atomic on one filesystem
     finally:
+        release_dir(staging)
         if staging.exists():
             shutil.rmtree(staging, ignore_errors=True)
     return version, target
@@ -252,7 +260,7 @@ def main(args: argparse.Namespace) -> dict:
 
 def cli(argv: list[str] | None = None) -> int:
     """Console entry point (``fmnist-select``); exit 1 when nothing is published."""
-    return training.run_cli(main, build_parser(), (SelectionError,), argv)
+    return training.run_cli(main, build_parser(), (SelectionError, DatasetError), argv)
 
 
 if __name__ == "__main__":

@@ -27,17 +27,20 @@ import logging
 import os
 import shutil
 import sys
-import tempfile
 import time
 import uuid
 from pathlib import Path
 
 import training  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
+from fmnist_common.cli import ConfigError
+from training.data import DatasetError
+from training.leftovers import make_owned_dir, release_dir, remove_stale_dirs
 from training.models import MODEL_TYPES
-from training.tf_config import TaskInfo, is_chief, parse_tf_config
+from training.tf_config import TaskInfo, TFConfigError, is_chief, parse_tf_config
 
 log = logging.getLogger("training.train")
 HISTORY_FILE = "training_history.json"
+SCRATCH_PREFIX = "workertemp_"
 LR_SCHEDULES = ("constant", "cosine", "exponential")
 
 
@@ -119,7 +122,9 @@ def run_dirs(args: argparse.Namespace, task: TaskInfo) -> dict[str, Path | None]
     """Where this replica writes TensorBoard logs and its SavedModel export.
 
     The chief writes to the real (shared) paths; any other replica to a fresh local temporary
-    ``scratch`` directory that :func:`main` deletes at the end.
+    ``scratch`` directory (``workertemp_*`` in the system temp folder) that :func:`train`
+    deletes at the end; the scratch directories of workers that were killed are removed first
+    (see :mod:`training.leftovers`).
     """
     if is_chief(task):
         tb = (
@@ -132,7 +137,8 @@ def run_dirs(args: argparse.Namespace, task: TaskInfo) -> dict[str, Path | None]
             "tensorboard": tb,
             "export_parent": Path(args.saved_model_dir).parent,
         }
-    scratch = Path(tempfile.mkdtemp(prefix=f"workertemp_{task.task_type}_{task.task_index}_"))
+    remove_stale_dirs(None, f"{SCRATCH_PREFIX}*")  # left by workers killed with kill -9
+    scratch = make_owned_dir(None, f"{SCRATCH_PREFIX}{task.task_type}_{task.task_index}_")
     return {"scratch": scratch, "tensorboard": scratch / "tensorboard", "export_parent": scratch}
 
 
@@ -251,14 +257,50 @@ def write_history(path: Path, history: dict) -> None:
     os.replace(tmp, path)
 
 
-def main(args: argparse.Namespace) -> dict:
-    """Train, export, and return the history dict (also written as ``training_history.json``).
+def main(args: argparse.Namespace) -> int:
+    """Run this replica's part of the job; returns the exit code.
+
+    Returns:
+        0 when done (an ``evaluator`` task has nothing to do: selection evaluates the
+        candidates), :data:`PEER_LOST_EXIT_CODE` when a peer was lost (retryable).
 
     Raises:
         training.tf_config.TFConfigError: malformed ``TF_CONFIG``.
-        FileNotFoundError: the dataset is not prepared in ``--data-dir``.
+        ConfigError: a ``ps`` task (this trainer uses MultiWorkerMirroredStrategy).
+        training.data.DatasetError: the dataset is not prepared in ``--data-dir`` or broken.
     """
     task = parse_tf_config()
+    if task.task_type == "evaluator":
+        log.info("evaluator task: nothing to do (selection evaluates the candidates)")
+        return 0
+    if task.task_type == "ps":
+        raise ConfigError(
+            "TF_CONFIG task type 'ps': this trainer uses MultiWorkerMirroredStrategy, which has "
+            "no parameter servers (use Chief/Worker replicas)"
+        )
+    import tensorflow as tf
+
+    try:
+        train(args, task)
+    except Exception as exc:
+        if not any(isinstance(exc, getattr(tf.errors, n)) for n in PEER_LOST_ERRORS):
+            raise
+        log.error(
+            "lost a peer (%s: %s); exiting %d (retryable)",
+            type(exc).__name__,
+            exc,
+            PEER_LOST_EXIT_CODE,
+        )
+        return PEER_LOST_EXIT_CODE
+    return 0
+
+
+def train(args: argparse.Namespace, task: TaskInfo) -> dict:
+    """Train, export, and return the history dict (also written as ``training_history.json``).
+
+    Raises:
+        training.data.DatasetError: the dataset is not prepared in ``--data-dir`` or broken.
+    """
     import tensorflow as tf
 
     if args.intra_op_threads:
@@ -319,6 +361,7 @@ def main(args: argparse.Namespace) -> dict:
         saved = export_candidate(model, Path(args.saved_model_dir), task, dirs["export_parent"])
     finally:
         if dirs["scratch"] is not None:  # non-chief: nothing of this replica may survive
+            release_dir(dirs["scratch"])
             shutil.rmtree(dirs["scratch"], ignore_errors=True)
             log.info("worker %d removed its temporary directory", task.task_index)
     history = {
@@ -346,22 +389,10 @@ PEER_LOST_ERRORS = ("UnavailableError", "DeadlineExceededError", "AbortedError",
 
 
 def cli(argv: list[str] | None = None) -> int:
-    """Console entry point (``fmnist-train``): 0 on success, ``PEER_LOST_EXIT_CODE`` when a peer
-    was lost (retryable), other failures raise (exit 1, permanent)."""
-    training.configure_logging()
-    args = build_parser().parse_args(argv)
-    try:
-        main(args)
-    except Exception as e:
-        import tensorflow as tf
-
-        if not any(isinstance(e, getattr(tf.errors, n)) for n in PEER_LOST_ERRORS):
-            raise
-        log.error(
-            "lost a peer (%s: %s); exiting %d (retryable)", type(e).__name__, e, PEER_LOST_EXIT_CODE
-        )
-        return PEER_LOST_EXIT_CODE
-    return 0
+    """Console entry point (``fmnist-train``): 0 on success, 1 with one line on a configuration
+    error (``TF_CONFIG``, dataset), ``PEER_LOST_EXIT_CODE`` when a peer was lost (retryable);
+    anything else is a bug and keeps its traceback (exit 1, permanent)."""
+    return training.run_cli(main, build_parser(), (TFConfigError, DatasetError), argv)
 
 
 if __name__ == "__main__":

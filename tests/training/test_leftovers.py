@@ -1,0 +1,98 @@
+"""Leftovers of killed runs (selection's .staging-* copies, workers' workertemp_* scratch) are
+removed by the next run, and only when provably stale: real processes are killed with SIGKILL."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from training import select, train
+from training.leftovers import make_owned_dir, release_dir, remove_stale_dirs
+from training.tf_config import TaskInfo
+
+HERE = Path(__file__).parent
+
+
+def _start(*args: str) -> tuple[subprocess.Popen, Path]:
+    """Start leftover_maker.py; returns the process and the directory it made."""
+    proc = subprocess.Popen(
+        [sys.executable, str(HERE / "leftover_maker.py"), *args],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    line = proc.stdout.readline()
+    assert line, f"leftover_maker exited with {proc.wait()}"
+    return proc, Path(line.split(" ", 1)[1].strip())
+
+
+def _kill9(proc: subprocess.Popen) -> None:
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+
+
+@pytest.fixture
+def candidate(tmp_path) -> Path:
+    path = tmp_path / "candidates" / "cnn"
+    (path / "variables").mkdir(parents=True)
+    (path / "saved_model.pb").write_bytes(b"pb")
+    (path / "variables" / "variables.index").write_bytes(b"ix")
+    return path
+
+
+def test_selections_killed_while_copying_leave_nothing_behind(candidate, tmp_path):
+    base = tmp_path / "models" / "fashion-mnist"
+    killed = [_start("select", str(candidate), str(base)) for _ in range(3)]
+    live, live_dir = _start("select", str(candidate), str(base))
+    try:
+        for proc, staging in killed:
+            assert staging.name.startswith(".staging-1-") and staging.is_dir()
+            _kill9(proc)
+        version, target = select.publish(candidate, base)
+        assert (version, target) == (1, base / "1")
+        assert sorted(p.name for p in target.iterdir()) == ["saved_model.pb", "variables"]
+        assert not any(staging.exists() for _, staging in killed)
+        assert live_dir.is_dir(), "a running selection's copy was removed"
+    finally:
+        _kill9(live)
+    assert select.publish(candidate, base)[0] == 2
+    assert sorted(p.name for p in base.iterdir()) == ["1", "2"]
+
+
+def test_scratch_of_workers_killed_with_sigkill_is_removed(tmp_path, monkeypatch):
+    killed = [_start("worker", str(tmp_path)) for _ in range(2)]
+    live, live_dir = _start("worker", str(tmp_path))
+    try:
+        for proc, scratch in killed:
+            assert scratch.name.startswith("workertemp_worker_1_") and scratch.parent == tmp_path
+            _kill9(proc)
+        monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+        task = TaskInfo({"worker": ["a:1", "b:1"]}, "worker", 1)
+        args = train.build_parser().parse_args(
+            ["--model-type", "cnn", "--saved-model-dir", "x", "--checkpoint-dir", "y"]
+        )
+        mine = train.run_dirs(args, task)["scratch"]
+        assert not any(scratch.exists() for _, scratch in killed)
+        assert live_dir.is_dir() and mine.is_dir()
+        assert sorted(tmp_path.iterdir()) == sorted([live_dir, mine])
+        release_dir(mine)
+    finally:
+        _kill9(live)
+
+
+def test_only_provably_stale_directories_are_removed(tmp_path):
+    unlocked = tmp_path / "workertemp_old_format"  # no lock file: cannot tell, keep it
+    unlocked.mkdir()
+    mine = make_owned_dir(tmp_path, "workertemp_")  # held by this live process
+    plain_file = tmp_path / "workertemp_file"
+    plain_file.write_text("x")
+    assert remove_stale_dirs(tmp_path, "workertemp_*") == []
+    assert unlocked.is_dir() and mine.is_dir() and plain_file.is_file()
+    release_dir(mine, remove_lock_file=False)  # as if this process had died
+    assert remove_stale_dirs(tmp_path, "workertemp_*") == [mine]
+    assert remove_stale_dirs(tmp_path / "missing", "x*") == []
