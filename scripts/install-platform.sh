@@ -9,11 +9,13 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 if wants_help "${1:-}"; then
   cat <<USAGE
-usage: scripts/install-platform.sh
+usage: scripts/install-platform.sh [--render DIR]
 Installs cert-manager ${CERT_MANAGER_VERSION}, Knative Serving ${KNATIVE_SERVING_VERSION} with
 Kourier ${KNATIVE_NET_KOURIER_VERSION}, KServe ${KSERVE_VERSION}, the Kubeflow training operator
 ${TRAINING_OPERATOR_VERSION} and Argo Workflows ${ARGO_WORKFLOWS_VERSION} into the cluster of the
 current kubectl context (KUBECONFIG is honoured), and waits for them. Re-running is safe.
+  --render DIR  only render what would be applied, into DIR/<part>/{all,crds,objects,deploys,crs}.yaml
+                (no cluster needed)
 Env: UPSTREAM_MIRROR_DIR   read the release manifests from this offline mirror (e.g.
                            ../shared/upstream; make sets it from MIRROR_DIR). The mirror holds
                            only the CRDs of cert-manager and Knative Serving: in mirror mode
@@ -24,6 +26,12 @@ Env: UPSTREAM_MIRROR_DIR   read the release manifests from this offline mirror (
 USAGE
   exit 0
 fi
+RENDER_ONLY=""
+if [[ "${1:-}" == "--render" ]]; then
+  [[ $# -eq 2 ]] || die "usage: --render DIR"
+  RENDER_ONLY="$2"
+  shift 2
+fi
 [[ $# -eq 0 ]] || die "unexpected argument $1 (see --help)"
 
 MIRROR="${UPSTREAM_MIRROR_DIR:-}"
@@ -33,8 +41,13 @@ if [[ -n "${MIRROR}" ]]; then
   [[ -d "${MIRROR}" ]] || die "UPSTREAM_MIRROR_DIR=${MIRROR} is not a directory"
   MIRROR="$(cd "${MIRROR}" && pwd)"
 fi
-WORK="$(mktemp -d)"
-trap 'rm -rf "${WORK}"' EXIT
+if [[ -n "${RENDER_ONLY}" ]]; then
+  mkdir -p "${RENDER_ONLY}"
+  WORK="$(cd "${RENDER_ONLY}" && pwd)"
+else
+  WORK="$(mktemp -d)"
+  trap 'rm -rf "${WORK}"' EXIT
+fi
 GH=https://github.com
 CERT_MANAGER_URL="${GH}/cert-manager/cert-manager/releases/download/${CERT_MANAGER_VERSION}/cert-manager.yaml"
 KN_URL="${GH}/knative/serving/releases/download/knative-${KNATIVE_SERVING_VERSION}"
@@ -56,9 +69,14 @@ render() {
 import shutil, sys
 from pathlib import Path
 import yaml
-from validation.config import parse_versions_env, remote_refs
+try:  # the validation harness owns the remote -> mirror file mapping
+    from validation.render import parse_versions_env, remote_refs
+except ImportError:
+    from validation.config import parse_versions_env, remote_refs
 kdir, mirror = Path(sys.argv[1]), Path(sys.argv[2])
-refs = {r.url: r.mirror_file for r in remote_refs(parse_versions_env(Path(sys.argv[3])))}
+refs = remote_refs(parse_versions_env(Path(sys.argv[3])))
+if not isinstance(refs, dict):
+    refs = {r.url: r.mirror_file for r in refs}
 kfile = kdir / "kustomization.yaml"
 k = yaml.safe_load(kfile.read_text())
 res = []
@@ -124,6 +142,7 @@ retry() {
 # install NAME: the three steps for ${WORK}/NAME (rendered by `render`).
 install() {
   local d="${WORK}/$1"
+  [[ -z "${RENDER_ONLY}" ]] || return 0
   if [[ -s "${d}/crds.yaml" ]]; then
     apply -f "${d}/crds.yaml"
     k wait --for=condition=Established -f "${d}/crds.yaml" --timeout="${TIMEOUT}s"
@@ -140,7 +159,11 @@ if [[ -n "${MIRROR}" ]]; then
   [[ -x "${PYTHON}" ]] || PYTHON="$(command -v python3)" || die "mirror mode needs python3 with PyYAML"
   log "offline: release manifests from ${MIRROR}"
 fi
-log "cluster: $(k config view --minify -o jsonpath='{.clusters[0].cluster.server}')"
+if [[ -n "${RENDER_ONLY}" ]]; then
+  log "rendering only, into ${WORK}"
+else
+  log "cluster: $(k config view --minify -o jsonpath='{.clusters[0].cluster.server}')"
+fi
 
 if [[ -n "${MIRROR}" ]]; then
   log "cert-manager ${CERT_MANAGER_VERSION}: CRDs only (mirror mode: the mirror holds its CRDs, its controller and webhook need container images)"
@@ -163,6 +186,8 @@ else
   install knative
   render kourier "${KOURIER_URL}"
   install kourier
+fi
+if [[ -z "${MIRROR}" && -z "${RENDER_ONLY}" ]]; then
   # These ConfigMaps are validated by Knative's webhook (failurePolicy Fail): patched only
   # now that its Deployment is Available, retried until the webhook answers.
   retry k patch configmap/config-network -n knative-serving --type merge \
@@ -191,4 +216,4 @@ install training-operator
 log "Argo Workflows ${ARGO_WORKFLOWS_VERSION}"
 render argo-workflows "${REPO_ROOT}/base/platform/argo-workflows"
 install argo-workflows
-log "platform ready"
+if [[ -n "${RENDER_ONLY}" ]]; then log "rendered into ${WORK}"; else log "platform ready"; fi

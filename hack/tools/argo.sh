@@ -1,6 +1,10 @@
 # shellcheck shell=bash
-# Argo Workflows workflow-controller (run by the e2e under its own ServiceAccount argo/argo)
-# and the argo CLI (`argo lint --offline`). Recipe contract: scripts/tools.sh.
+# Argo Workflows workflow-controller, run by the e2e under its own ServiceAccount argo/argo.
+# Recipe contract: scripts/tools.sh.
+#
+# The argo CLI (cmd/argo, for `argo lint --offline`) does not build from the module: it embeds
+# the UI (ui/embed.go: //go:embed dist/app), which the module zip does not contain ("pattern
+# dist/app: no matching files found"); upstream's Makefile builds the UI with yarn first.
 #
 # ARGO_WORKFLOWS_VERSION (v4.1.2, what the manifests install) is NOT served by the Go module
 # proxy: `go mod download github.com/argoproj/argo-workflows/v4@v4.1.2` answers
@@ -9,8 +13,5 @@
 # for the tests only (docs/e2e-controllers.md); the manifests keep v4.1.2.
 TOOL_VERSION_KEY=ARGO_WORKFLOWS_E2E_VERSION
 TOOL_MODULE=github.com/argoproj/argo-workflows/v4
-TOOL_PACKAGES=(
-  github.com/argoproj/argo-workflows/v4/cmd/workflow-controller
-  github.com/argoproj/argo-workflows/v4/cmd/argo
-)
+TOOL_PACKAGES=(github.com/argoproj/argo-workflows/v4/cmd/workflow-controller)
 tool_ldflags() { echo "-X github.com/argoproj/argo-workflows/v4.version=$MODULE_VERSION"; }

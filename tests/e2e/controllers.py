@@ -67,9 +67,8 @@ class ControllerError(RuntimeError):
 
 def kubectl(kubeconfig: Path, *args: str, input: str | None = None, check: bool = True) -> str:
     """Run the venv's kubectl against ``kubeconfig``; stdout. Raises ControllerError on failure."""
-    exe = REPO_ROOT / ".venv" / "bin" / "kubectl"
     proc = subprocess.run(
-        [str(exe), "--kubeconfig", str(kubeconfig), *args],
+        [kubectl_binary(), "--kubeconfig", str(kubeconfig), *args],
         input=input,
         capture_output=True,
         text=True,
@@ -80,15 +79,18 @@ def kubectl(kubeconfig: Path, *args: str, input: str | None = None, check: bool 
     return proc.stdout
 
 
+def kubectl_binary() -> str:
+    """$KUBECTL (the kubectl 1.34 that ``make e2e`` exports) or the venv's kubectl."""
+    return os.environ.get("KUBECTL") or str(REPO_ROOT / ".venv" / "bin" / "kubectl")
+
+
 def tool_binary(name: str) -> Path:
     """Path of a binary built by ``scripts/tools.sh``; ControllerError naming the build command."""
     proc = subprocess.run(
         ["bash", str(TOOLS), "--bin", name], capture_output=True, text=True, check=False
     )
     if proc.returncode != 0:
-        raise ControllerError(
-            f"{name} is not built: run scripts/tools.sh ({proc.stderr.strip()})"
-        )
+        raise ControllerError(f"{name} is not built: run scripts/tools.sh ({proc.stderr.strip()})")
     return Path(proc.stdout.strip())
 
 
@@ -189,13 +191,13 @@ def make_certs(ca_name: str, dns_names: list[str]) -> Certs:
 # --- ServiceAccount kubeconfigs -----------------------------------------------------------------
 
 
-def sa_kubeconfig(
-    admin: Path, namespace: str, sa: str, dest: Path, duration: str = "4h"
-) -> Path:
+def sa_kubeconfig(admin: Path, namespace: str, sa: str, dest: Path, duration: str = "4h") -> Path:
     """Write ``dest``: a kubeconfig for ServiceAccount ``namespace/sa`` (a token from
     ``kubectl create token``), same cluster as ``admin``, default namespace ``namespace``."""
     token = kubectl(admin, "create", "token", sa, "-n", namespace, f"--duration={duration}").strip()
-    raw = json.loads(kubectl(admin, "config", "view", "--raw", "--minify", "-o", "json"))
+    raw = json.loads(
+        kubectl(admin, "config", "view", "--raw", "--minify", "--flatten", "-o", "json")
+    )
     cluster = raw["clusters"][0]["cluster"]
     cfg = {
         "apiVersion": "v1",
@@ -235,9 +237,7 @@ def _wired(obj: dict, target: WebhookTarget | None) -> dict | None:
         "apiVersion": obj["apiVersion"],
         "kind": obj["kind"],
         "metadata": {
-            k: v
-            for k, v in obj["metadata"].items()
-            if k in ("name", "labels", "annotations") and v
+            k: v for k, v in obj["metadata"].items() if k in ("name", "labels", "annotations") and v
         },
         "webhooks": [],
     }
@@ -275,9 +275,7 @@ class WebhookWirer(threading.Thread):
         super().__init__(daemon=True, name="webhook-wirer")
         self.admin = admin
         self.interval = interval
-        self.targets: dict[tuple[str, str], WebhookTarget | None] = dict.fromkeys(
-            IGNORED_WEBHOOKS
-        )
+        self.targets: dict[tuple[str, str], WebhookTarget | None] = dict.fromkeys(IGNORED_WEBHOOKS)
         self.errors: list[str] = []
         self._stop = threading.Event()
         self._lock = threading.Lock()
@@ -297,9 +295,7 @@ class WebhookWirer(threading.Thread):
             names = [name for (kind, name), _ in items if kind == kinds]
             if not names:
                 continue
-            out = kubectl(
-                self.admin, "get", kinds.lower(), "-o", "json", check=False
-            )
+            out = kubectl(self.admin, "get", kinds.lower(), "-o", "json", check=False)
             live = {o["metadata"]["name"]: o for o in json.loads(out or '{"items":[]}')["items"]}
             for name in names:
                 if name not in live:
@@ -309,7 +305,7 @@ class WebhookWirer(threading.Thread):
                     continue
                 proc = subprocess.run(
                     [
-                        str(REPO_ROOT / ".venv" / "bin" / "kubectl"),
+                        kubectl_binary(),
                         "--kubeconfig",
                         str(self.admin),
                         "apply",
@@ -468,7 +464,9 @@ def training_operator(admin: Path, workdir: Path, wirer: WebhookWirer) -> Contro
         admin, "patch", "secret", TO_SECRET, "-n", "kubeflow", "--type=merge",
         "--field-manager=e2e-certs", "-p", json.dumps(patch),
     )  # fmt: skip
-    kc = sa_kubeconfig(admin, "kubeflow", "training-operator", workdir / "training-operator.kubeconfig")
+    kc = sa_kubeconfig(
+        admin, "kubeflow", "training-operator", workdir / "training-operator.kubeconfig"
+    )
     port, probe, metrics = free_port(), free_port(), free_port()
     wirer.add(WebhookTarget(port, certs.ca_cert, [TO_WEBHOOK]))
     return Controller(
@@ -534,3 +532,173 @@ def workflow_controller(admin: Path, workdir: Path) -> Controller:
         workdir / "workflow-controller.log",
         health_url="http://127.0.0.1:6060/healthz",
     )
+
+
+# --- the platform of a test session ------------------------------------------------------------
+
+
+@dataclass
+class Platform:
+    """The platform installed by scripts/install-platform.sh plus its running controllers."""
+
+    admin: Path
+    workdir: Path
+    install_log: str
+    install_seconds: float
+    wirer: WebhookWirer
+    controllers: dict[str, Controller]
+
+    def check_alive(self) -> None:
+        """Raise ControllerError (with the log tail) when a controller has exited."""
+        for c in self.controllers.values():
+            if not c.alive():
+                raise ControllerError(f"{c.name} is not running:\n{c.tail()}")
+
+    def stop(self) -> None:
+        """Stop the controllers (process groups) and the webhook wirer."""
+        for c in self.controllers.values():
+            c.stop()
+        self.wirer.stop()
+
+
+def install_env(admin: Path | None = None) -> dict[str, str]:
+    """Environment for ``scripts/install-platform.sh``: offline mirror mode, the e2e kubectl,
+    and (when given) the admin kubeconfig as KUBECONFIG."""
+    env = {
+        **os.environ,
+        "UPSTREAM_MIRROR_DIR": str(mirror_dir()),
+        "KUBECTL": kubectl_binary(),
+        "PYTHON": str(REPO_ROOT / ".venv" / "bin" / "python"),
+    }
+    if admin is not None:
+        env["KUBECONFIG"] = str(admin)
+    return env
+
+
+def run_install(admin: Path) -> subprocess.Popen:
+    """Start ``scripts/install-platform.sh`` against ``admin`` in offline mirror mode (output
+    piped: stdout and stderr together)."""
+    return subprocess.Popen(
+        ["bash", str(REPO_ROOT / "scripts" / "install-platform.sh")],
+        env=install_env(admin),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+
+
+def mirror_dir() -> Path:
+    """The offline upstream mirror: $UPSTREAM_MIRROR_DIR, else ../shared/upstream."""
+    env = os.environ.get("UPSTREAM_MIRROR_DIR")
+    path = Path(env) if env else REPO_ROOT.parent / "shared" / "upstream"
+    if not path.is_dir():
+        raise ControllerError(f"no upstream mirror at {path}: set MIRROR_DIR=../shared")
+    return path
+
+
+def start_platform(admin: Path, workdir: Path, timeout: float = 900) -> Platform:
+    """Install the platform with scripts/install-platform.sh (offline) while starting each
+    controller as soon as the script has created its ServiceAccount: KServe's must answer its
+    webhooks before the script applies the ClusterServingRuntimes. Returns once the script
+    exited 0 and every controller is ready; on any failure stops what it started and raises
+    ControllerError with the script output and controller log tails."""
+    wirer = WebhookWirer(admin)
+    wirer.start()
+    t0 = time.monotonic()
+    proc = run_install(admin)
+    out: list[str] = []
+    reader = threading.Thread(target=lambda: out.extend(proc.stdout), daemon=True)
+    reader.start()
+    started: dict[str, Controller] = {}
+    try:
+        for name, make in (
+            ("kserve", lambda: kserve(admin, workdir, wirer)),
+            ("training-operator", lambda: training_operator(admin, workdir, wirer)),
+            ("workflow-controller", lambda: workflow_controller(admin, workdir)),
+        ):
+            try:
+                c = make()
+            except ControllerError as e:
+                raise ControllerError(f"{e}\ninstall-platform.sh output:\n{''.join(out)}") from e
+            c.start()
+            started[name] = c
+            c.wait_ready()
+        rc = proc.wait(timeout=max(1.0, timeout - (time.monotonic() - t0)))
+        reader.join(timeout=5)
+        if rc != 0:
+            raise ControllerError(f"install-platform.sh exited {rc}:\n{''.join(out)}")
+        return Platform(admin, workdir, "".join(out), time.monotonic() - t0, wirer, started)
+    except BaseException:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        for c in started.values():
+            c.stop()
+        wirer.stop()
+        raise
+
+
+_SESSION: dict[str, object] = {"platform": None, "users": 0, "error": None}
+
+
+def acquire_platform(admin: Path, workdir: Path) -> Platform:
+    """The session's platform, installed and started on first use (shared by test modules);
+    pair each call with :func:`release_platform`. A failed start is raised again to every
+    later caller instead of being retried."""
+    if _SESSION["error"] is not None:
+        raise ControllerError(f"platform start failed earlier: {_SESSION['error']}")
+    if _SESSION["platform"] is None:
+        try:
+            _SESSION["platform"] = start_platform(admin, workdir)
+        except ControllerError as e:
+            _SESSION["error"] = e
+            raise
+    _SESSION["users"] = int(_SESSION["users"]) + 1  # type: ignore[call-overload]
+    return _SESSION["platform"]  # type: ignore[return-value]
+
+
+def release_platform() -> None:
+    """Drop one user of the session's platform; the last one stops the controllers."""
+    _SESSION["users"] = int(_SESSION["users"]) - 1  # type: ignore[call-overload]
+    if _SESSION["users"] <= 0 and _SESSION["platform"] is not None:  # type: ignore[operator]
+        _SESSION["platform"].stop()  # type: ignore[union-attr]
+        _SESSION["platform"] = None
+
+
+# --- helpers for the tests that run the project's workloads ------------------------------------
+
+
+def provide_volume(admin: Path, pvc: dict, namespace: str) -> None:
+    """Make the project's PVC bindable on the kwok cluster: its StorageClass (k3s' local-path:
+    rancher.io/local-path, WaitForFirstConsumer; no provisioner runs here) and a PersistentVolume
+    pre-bound to ``namespace``/``pvc`` (hostPath, never mounted: no container runs), so the real
+    PV controller binds the claim and the scheduler places the pods that mount it."""
+    spec = pvc["spec"]
+    sc = spec.get("storageClassName") or "standard"
+    storage_class = {
+        "apiVersion": "storage.k8s.io/v1",
+        "kind": "StorageClass",
+        "metadata": {"name": sc},
+        "provisioner": "rancher.io/local-path",
+        "volumeBindingMode": "WaitForFirstConsumer",
+        "reclaimPolicy": "Delete",
+    }
+    pv = {
+        "apiVersion": "v1",
+        "kind": "PersistentVolume",
+        "metadata": {"name": f"e2e-{namespace}-{pvc['metadata']['name']}"[:63]},
+        "spec": {
+            "capacity": {"storage": spec["resources"]["requests"]["storage"]},
+            "accessModes": spec["accessModes"],
+            "storageClassName": sc,
+            "persistentVolumeReclaimPolicy": "Delete",
+            "hostPath": {"path": f"/tmp/e2e-pv/{namespace}"},
+            "claimRef": {"namespace": namespace, "name": pvc["metadata"]["name"]},
+        },
+    }
+    if not kubectl(admin, "get", "storageclass", sc, "--ignore-not-found", "-o", "name"):
+        kubectl(admin, "apply", "-f", "-", input=json.dumps(storage_class))
+    kubectl(admin, "apply", "-f", "-", input=json.dumps(pv))
+    claim = json.loads(json.dumps(pvc))
+    claim["metadata"]["namespace"] = namespace
+    kubectl(admin, "apply", "-f", "-", input=json.dumps(claim))

@@ -1,0 +1,179 @@
+"""The project's TFJob through the real Kubeflow training-operator (v1.9.4, a local process
+running as ServiceAccount kubeflow/training-operator, its validating webhook served on
+127.0.0.1 and wired by tests/e2e/controllers.py).
+
+The TFJob is the one the repository defines: the ``train`` template of the WorkflowTemplate as
+rendered by ``kubectl kustomize overlays/local-k3d`` (the environment's parameter values
+substituted the way Argo does, ``model-type=cnn``). It is created directly here, not through
+Argo (the Workflow tests cover that path).
+
+Simulated: no container runs. kwok moves each pod the operator creates to Running and then
+(pods owned by a TFJob) to Succeeded with exit code 0, or, for a pod labelled
+``e2e.fashion-mnist/fail: "true"``, to Failed with exit code 1 (hack/e2e/kwok-stages.yaml).
+TF_CONFIG is therefore checked as the operator writes it into the pod spec, not as TensorFlow
+reads it. The namespace enforces the ``restricted`` Pod Security Standard, so the API server
+itself rejects a replica pod that is not restricted.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from pathlib import Path
+
+import controllers
+import pytest
+import yaml
+from e2e_kube import E2E_LABEL_FAIL, REPO_ROOT, Kubectl, wait_until
+
+OVERLAY = REPO_ROOT / "overlays" / "local-k3d"
+WORKERS_TIMEOUT_S = 120
+
+
+@pytest.fixture(scope="session")
+def platform(kubectl: Kubectl, kubeconfig: Path, tmp_path_factory: pytest.TempPathFactory):
+    """The installed platform with its controllers running (shared with the other modules)."""
+    p = controllers.acquire_platform(kubeconfig, tmp_path_factory.mktemp("controllers"))
+    yield p
+    controllers.release_platform()
+
+
+@pytest.fixture(scope="module")
+def overlay(kubectl: Kubectl) -> list[dict]:
+    """The rendered local-k3d overlay."""
+    return [d for d in yaml.safe_load_all(kubectl("kustomize", str(OVERLAY))) if d]
+
+
+def one(objs: list[dict], kind: str) -> dict:
+    """The single object of ``kind`` (AssertionError when there is not exactly one)."""
+    found = [o for o in objs if o["kind"] == kind]
+    assert len(found) == 1, f"{len(found)} {kind} in the rendered overlay"
+    return found[0]
+
+
+PLACEHOLDER = re.compile(r"\{\{\s*([^{}]+?)\s*\}\}")
+SPRIG_REPLACE = re.compile(r"^=sprig\.replace\('(.*?)', '(.*?)', inputs\.parameters\['(.+?)'\]\)$")
+
+
+def render_tfjob(overlay: list[dict], name: str, model_type: str) -> tuple[dict, dict]:
+    """(TFJob, parameter values) from the WorkflowTemplate's ``train`` template with Argo's
+    substitutions; AssertionError naming any placeholder left (the template changed)."""
+    wt = one(overlay, "WorkflowTemplate")
+    params = {p["name"]: str(p["value"]) for p in wt["spec"]["arguments"]["parameters"]}
+    values = {f"workflow.parameters.{k}": v for k, v in params.items()}
+    values |= {"workflow.name": name, "inputs.parameters.model-type": model_type}
+    train = next(t for t in wt["spec"]["templates"] if t["name"] == "train")
+
+    def sub(m: re.Match) -> str:
+        expr = m.group(1)
+        if (r := SPRIG_REPLACE.match(expr)) is not None:
+            return values[f"inputs.parameters.{r.group(3)}"].replace(r.group(1), r.group(2))
+        return values.get(expr, m.group(0))
+
+    text = PLACEHOLDER.sub(sub, train["resource"]["manifest"])
+    assert "{{" not in text, f"unsubstituted placeholder in the train manifest: {text}"
+    return yaml.safe_load(text), params
+
+
+def setup_namespace(kubectl: Kubectl, kubeconfig: Path, overlay: list[dict], ns: str) -> None:
+    """Restricted Pod Security in ``ns``; the project's PVC, bound (controllers.provide_volume)."""
+    kubectl(
+        "label", "namespace", ns, "pod-security.kubernetes.io/enforce=restricted", "--overwrite"
+    )
+    controllers.provide_volume(kubeconfig, one(overlay, "PersistentVolumeClaim"), ns)
+
+
+def condition(job: dict, kind: str) -> bool:
+    """True when the TFJob has condition ``kind`` with status True."""
+    conds = (job.get("status") or {}).get("conditions") or []
+    return any(c["type"] == kind and c["status"] == "True" for c in conds)
+
+
+def test_tfjob_succeeds_with_tf_config_pvc_resources_restricted(
+    platform, kubectl, kubeconfig, overlay, namespace
+):
+    setup_namespace(kubectl, kubeconfig, overlay, namespace)
+    name = f"e2e-{uuid.uuid4().hex[:6]}"
+    job, params = render_tfjob(overlay, name, "cnn")
+    job["metadata"]["namespace"] = namespace
+    kubectl.apply(job)
+    tfjob = f"tfjob/{job['metadata']['name']}"
+    workers = int(params["workers"])
+    assert workers == 2
+
+    def worker_pods():
+        pods = kubectl.json(
+            "get", "pods", "-n", namespace, "-l",
+            f"training.kubeflow.org/job-name={job['metadata']['name']}",
+        )["items"]  # fmt: skip
+        return pods if len(pods) == workers else None
+
+    pods = wait_until(worker_pods, timeout=WORKERS_TIMEOUT_S, what=f"{workers} worker pods")
+    final = wait_until(
+        lambda: (
+            (j := kubectl.json("get", tfjob, "-n", namespace)) and condition(j, "Succeeded") and j
+        ),
+        timeout=WORKERS_TIMEOUT_S,
+        what=f"{tfjob} Succeeded",
+    )
+    platform.check_alive()
+    assert final["status"]["replicaStatuses"]["Worker"]["succeeded"] == workers
+
+    resources = json.loads(params["train-resources"])
+    hosts = [f"{job['metadata']['name']}-worker-{i}.{namespace}.svc:2222" for i in range(workers)]
+    for pod in pods:
+        index = int(pod["metadata"]["labels"]["training.kubeflow.org/replica-index"])
+        (c,) = pod["spec"]["containers"]
+        env = {e["name"]: e.get("value") for e in c.get("env") or []}
+        tf_config = json.loads(env["TF_CONFIG"])
+        assert tf_config["cluster"] == {"worker": hosts}
+        assert tf_config["task"] == {"type": "worker", "index": index}
+        assert c["resources"] == resources
+        mounts = {m["name"]: m["mountPath"] for m in c["volumeMounts"]}
+        assert mounts["shared"] == "/mnt/shared"
+        vols = {v["name"]: v for v in pod["spec"]["volumes"]}
+        assert vols["shared"]["persistentVolumeClaim"]["claimName"] == "fashion-mnist-pvc"
+        psc, csc = pod["spec"]["securityContext"], c["securityContext"]
+        assert psc["runAsNonRoot"] is True and psc["seccompProfile"]["type"] == "RuntimeDefault"
+        assert csc["allowPrivilegeEscalation"] is False
+        assert csc["capabilities"]["drop"] == ["ALL"]
+        assert pod["spec"]["restartPolicy"] == "Never"  # TFJob restartPolicy ExitCode
+
+
+def test_tfjob_with_a_failing_worker_fails(platform, kubectl, kubeconfig, overlay, namespace):
+    """A worker exiting 1 (non-retryable under restartPolicy ExitCode) fails the TFJob: the
+    ``Failed`` condition the pipeline's failureCondition reads, within a bounded time."""
+    setup_namespace(kubectl, kubeconfig, overlay, namespace)
+    job, _ = render_tfjob(overlay, f"e2e-{uuid.uuid4().hex[:6]}", "dropout")
+    job["metadata"]["namespace"] = namespace
+    worker = job["spec"]["tfReplicaSpecs"]["Worker"]["template"]
+    worker["metadata"].setdefault("labels", {})[E2E_LABEL_FAIL] = "true"
+    kubectl.apply(job)
+    final = wait_until(
+        lambda: (
+            (j := kubectl.json("get", f"tfjob/{job['metadata']['name']}", "-n", namespace))
+            and condition(j, "Failed")
+            and j
+        ),
+        timeout=WORKERS_TIMEOUT_S,
+        what="TFJob Failed",
+    )
+    assert not condition(final, "Succeeded")
+    platform.check_alive()
+
+
+def test_tfjob_webhook_rejects_an_invalid_tfjob(platform, kubectl, namespace):
+    """The operator's validating webhook is served (on 127.0.0.1) and consulted by the API
+    server: a TFJob without a container named ``tensorflow`` is denied by it."""
+    bad = {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "TFJob",
+        "metadata": {"name": "e2e-invalid", "namespace": namespace},
+        "spec": {"tfReplicaSpecs": {"Worker": {"replicas": 1, "template": {"spec": {
+            "containers": [{"name": "not-tensorflow", "image": "registry.invalid/x:1"}]
+        }}}}},
+    }  # fmt: skip
+    proc = kubectl.run("apply", "--dry-run=server", "-f", "-", input=yaml.safe_dump(bad))
+    assert proc.returncode != 0
+    assert "validator.tfjob.training-operator.kubeflow.org" in proc.stderr, proc.stderr
