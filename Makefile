@@ -81,7 +81,7 @@ loadtest-local: $(STAMP) ## headless Locust run against the local model server (
 bench-train: $(STAMP) ## training throughput/accuracy benchmark (2 workers on loopback)
 	$(PY) bench/train_bench.py --budget $(BUDGET)
 
-bench-serve: $(STAMP) ## model server benchmark (req/s, p50/p99 at concurrency 1/5/16)
+bench-serve: $(STAMP) ## model server benchmark (req/s, p50/p99 at concurrency 1/5/16; needs `make demo` first)
 	$(PY) bench/serve_bench.py
 
 bench: bench-train bench-serve ## all benchmarks

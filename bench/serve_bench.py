@@ -138,10 +138,10 @@ def find_model(base: Path) -> Path:
         raise ConfigError(f"{exc}; run make demo first or pass --model-base-path") from exc
 
 
-def write_results(result: dict) -> None:
-    """``bench/results/serve_bench.json`` and the markdown table ``serve_bench.md``."""
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "serve_bench.json").write_text(json.dumps(result, indent=2))
+def write_results(result: dict, results_dir: Path) -> None:
+    """``<results_dir>/serve_bench.json`` and the markdown table ``serve_bench.md``."""
+    results_dir.mkdir(parents=True, exist_ok=True)
+    (results_dir / "serve_bench.json").write_text(json.dumps(result, indent=2))
     ip = result["in_process"]
     lines = [
         f"Model server benchmark ({result['date']}, {result['machine']}, load: "
@@ -167,9 +167,9 @@ def write_results(result: dict) -> None:
         f"{100 * ratio:.0f}% and {c5['p99_ms']:.1f} ms: "
         f"{'met' if ratio >= 0.6 and c5['p99_ms'] <= 50 else 'NOT met'}.",
         f"Server options: `{' '.join(result['server_args']) or '(defaults)'}`; micro-batch sizes "
-        "seen are not exported by the server, see README for the design.",
+        "seen are not exported by the server (design: docs/serving.md).",
     ]
-    (RESULTS / "serve_bench.md").write_text("\n".join(lines) + "\n")
+    (results_dir / "serve_bench.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
 
@@ -180,6 +180,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--duration", type=float, default=8.0, help="seconds per measurement")
     p.add_argument("--concurrency", type=int, nargs="+", default=[1, 5, 16])
     p.add_argument("--server-arg", action="append", default=[], help="extra serving.server arg")
+    p.add_argument("--results-dir", type=Path, default=RESULTS, help="default: bench/results")
     return p
 
 
@@ -230,7 +231,8 @@ def main(args: argparse.Namespace) -> int:
             "in_process": ip,
             "http": http,
             "median_http_p50_ms": statistics.median(h["p50_ms"] for h in http),
-        }
+        },
+        args.results_dir,
     )
     return 0
 

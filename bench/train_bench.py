@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 from fmnist_common import MODEL_TYPES
-from fmnist_common.cli import run_cli
+from fmnist_common.cli import positive_int, run_cli
 from fmnist_pipeline.run import BUDGETS, train_args
 from training.launcher import LaunchError, launch
 from training.select import evaluate_candidate
@@ -86,12 +86,13 @@ def to_markdown(rows: list[dict], meta: dict) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """Options: budget, model types, workers, tfds data dir."""
+    """Options: budget, model types, workers, tfds data dir, results dir."""
     p = argparse.ArgumentParser(prog="bench/train_bench.py", description=__doc__.splitlines()[0])
     p.add_argument("--budget", choices=sorted(BUDGETS), default="full")
     p.add_argument("--model-types", nargs="+", choices=MODEL_TYPES, default=list(MODEL_TYPES))
-    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--workers", type=positive_int, default=2)
     p.add_argument("--data-dir", default=os.environ.get("TFDS_DATA_DIR"))
+    p.add_argument("--results-dir", type=Path, default=RESULTS, help="default: bench/results")
     return p
 
 
@@ -112,12 +113,12 @@ def main(args: argparse.Namespace) -> int:
         "cores": os.cpu_count(),
         "date": time.strftime("%Y-%m-%d"),
     }
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / f"train_bench-{args.budget}.json").write_text(
+    args.results_dir.mkdir(parents=True, exist_ok=True)
+    (args.results_dir / f"train_bench-{args.budget}.json").write_text(
         json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n"
     )
     md = to_markdown(rows, meta)
-    (RESULTS / f"train_bench-{args.budget}.md").write_text(md)
+    (args.results_dir / f"train_bench-{args.budget}.md").write_text(md)
     print(md)
     return 0
 
