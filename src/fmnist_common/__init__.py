@@ -10,7 +10,7 @@ model server's request path can import it cheaply. Each fact is stated here once
 * the version-directory rule of TF Serving / KServe: a published model lives in
   ``<base path>/<version>/`` where the directory name is ASCII digits only
   (:func:`parse_version`), and the highest version is served;
-* the KServe V1 (TF Serving "row" format) request: :func:`predict_path` and
+* the KServe V1 (TF Serving "row" format) API: :func:`model_path`, :func:`predict_path` and
   :func:`predict_body`;
 * local processes (training replicas, the model server) listen on :data:`LOOPBACK` ports
   picked by :func:`free_ports`.
@@ -65,9 +65,14 @@ def parse_version(name: str) -> int | None:
     return int(name) if _VERSION_NAME.fullmatch(name) else None
 
 
+def model_path(model_name: str = MODEL_NAME) -> str:
+    """The V1 model path, ``/v1/models/<model_name>`` (``GET``: 200 once the model is ready)."""
+    return f"/v1/models/{model_name}"
+
+
 def predict_path(model_name: str = MODEL_NAME) -> str:
     """The V1 predict path, ``/v1/models/<model_name>:predict``."""
-    return f"/v1/models/{model_name}:predict"
+    return f"{model_path(model_name)}:predict"
 
 
 def predict_body(images: Iterable[bytes]) -> dict:

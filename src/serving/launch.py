@@ -15,7 +15,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from fmnist_common import LOOPBACK, MODEL_NAME, free_ports, predict_path
+from fmnist_common import LOOPBACK, MODEL_NAME, free_ports, model_path, predict_path
 
 
 class ServerStartError(RuntimeError):
@@ -100,7 +100,7 @@ class LocalServer:
             env=env,
         )
         deadline = time.monotonic() + self.ready_timeout
-        ready_url = f"{self.url}/v1/models/{self.model_name}"
+        ready_url = self.url + model_path(self.model_name)
         while time.monotonic() < deadline:
             code = self.proc.poll()
             if code is not None:
