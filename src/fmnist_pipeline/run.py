@@ -16,6 +16,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from types import ModuleType
 
 from fmnist_common import CLASS_NAMES, MODEL_NAME, MODEL_TYPES
 from fmnist_common.cli import options_argv, positive_int, run_cli
@@ -85,8 +86,9 @@ def train_args(
     return options_argv(options)
 
 
-def run_stage(module, argv: list[str]) -> None:
-    """Run a stage module's ``main`` on ``argv`` parsed by the module's own parser.
+def run_stage(module: ModuleType, argv: list[str]) -> None:
+    """Run a stage module's ``main`` on ``argv`` parsed by the module's own parser
+    (``training.ingest``, ``training.select``: the :mod:`fmnist_common.cli` convention).
 
     The stage's own exceptions propagate unchanged.
 
