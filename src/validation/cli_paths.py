@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from validation.argo import PLACEHOLDER, WORKFLOW_KINDS, workflow_spec
-from validation.core import Context, Hit, Obj, check
+from validation.core import Context, Hit, Obj, check, dig
 from validation.pods import checked
 
 MODULE = re.compile(r"^training\.\w+$")
@@ -136,7 +136,7 @@ def paths(ctx: Context) -> Iterator[Hit]:
                 )
     published = {where.get((id(s), "serving_base_path")) for s in selects} - {None}
     for o in ctx.kinds("InferenceService"):
-        uri = str(((o.doc["spec"].get("predictor") or {}).get("model") or {}).get("storageUri", ""))
+        uri = str(dig(o.doc, "spec", "predictor", "model", "storageUri", default=""))
         if m := re.fullmatch(r"pvc://([^/]+)/?(.*)", uri):
             claim, sub, field = m.group(1), m.group(2).strip("/"), "spec.predictor.model.storageUri"
             if pvcs and (o.namespace, claim) not in pvcs:

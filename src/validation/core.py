@@ -156,6 +156,15 @@ def named(items, prefix: str) -> Iterator[tuple[int, dict, str]]:
             yield i, item, f"{prefix}[{item.get('name', i)}]"
 
 
+def dig(node, *keys, default=None):
+    """``node[k1][k2]...``, or ``default`` where a level is missing or not a mapping."""
+    for k in keys:
+        node = node.get(k) if isinstance(node, dict) else None
+        if node is None:
+            return default
+    return node
+
+
 def load_all(text: str) -> list:
     """Every non-empty document of a YAML stream (safe loader, libyaml when available)."""
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)

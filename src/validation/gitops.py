@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from validation.argo import WORKFLOW_KINDS, workflow_spec
-from validation.core import Context, Hit, Obj, check
+from validation.core import Context, Hit, Obj, check, dig
 from validation.workflow import memo_caches
 
 WAVE = "argocd.argoproj.io/sync-wave"
@@ -78,7 +78,8 @@ def memoize_cache_drift(ctx: Context) -> Iterator[Hit]:
         if not synced:
             continue
         ignored = {
-            (i.get("kind"), i.get("name")) for i in app.doc["spec"].get("ignoreDifferences") or []
+            (i.get("kind"), i.get("name"))
+            for i in dig(app.doc, "spec", "ignoreDifferences", default=[])
         }
         caches = {name for _, name in memo_caches(Context(synced, ctx.rendered))}
         for cm in (o for o in synced if o.kind == "ConfigMap" and o.name in caches):

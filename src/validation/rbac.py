@@ -14,7 +14,7 @@ import re
 from collections.abc import Iterator
 
 from validation.argo import WORKFLOW_KINDS, first_calls, workflow_spec
-from validation.core import Context, Hit, Obj, check
+from validation.core import Context, Hit, Obj, check, dig
 from validation.workflow import memo_caches
 
 BUILTIN_CLUSTER_ROLES = {"cluster-admin", "admin", "edit", "view"}
@@ -190,7 +190,7 @@ def controller_grants(ctx: Context) -> Iterator[Hit]:
     controller = next((o for o in everything if (o.kind, o.name) == CONTROLLER), None)
     if controller is None:
         return  # the Argo platform is not rendered: nothing to check against
-    pod = controller.doc["spec"]["template"]["spec"]
+    pod = dig(controller.doc, "spec", "template", "spec", default={})
     sa = (controller.namespace, pod.get("serviceAccountName") or "default")
     for ns, cm in sorted(set(memo_caches(ctx))):
         wf = next(o for o in ctx.kinds(*WORKFLOW_KINDS) if o.namespace == ns)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -28,6 +29,7 @@ CRDS_CATALOG_URL = (
     "https://raw.githubusercontent.com/datreeio/CRDs-catalog/main/{{.Group}}/"
     "{{.ResourceKind}}_{{.ResourceAPIVersion}}.json"
 )
+AT = re.compile(r"- at '([^']*)': (.*?)(?=\s+- at '|$)")
 CATALOG_LAYOUT = "{{.Group}}/{{.ResourceKind}}_{{.ResourceAPIVersion}}.json"
 
 
@@ -106,9 +108,13 @@ def validate(objs: list[Obj], root: Path, k8s_version: str, workdir: Path) -> li
         return [finding("schema", f"kubeconform failed: {(proc.stderr or proc.stdout)[:300]}")]
     out, by_file = [], list(copies.values())
     for r in results:
-        errors = r.get("validationErrors") or [{"path": "", "msg": r.get("msg", r.get("status"))}]
+        # the message lists every error, nested ones (under $refs) included; validationErrors
+        # holds only the top level ("validation failed" at /spec)
+        errors: dict[str, list[str]] = {}
+        for path, msg in AT.findall(r.get("msg", "")) or [("", r.get("msg", r.get("status")))]:
+            if msg != "validation failed":
+                errors.setdefault(path, []).append(msg)
         for o in by_file[int(Path(r["filename"]).stem)]:
-            out += [
-                finding("schema", e["msg"][:300], o, named_path(o.doc, e["path"])) for e in errors
-            ]
+            for path, msgs in errors.items():
+                out.append(finding("schema", "; ".join(msgs)[:300], o, named_path(o.doc, path)))
     return out

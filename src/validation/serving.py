@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
-from validation.core import Context, Hit, check
+from validation.core import Context, Hit, check, dig
 
 LOGGER_URL = re.compile(
     r"^https?://([^./:]+)\.([^./:]+)(?:\.svc(?:\.cluster\.local)?)?(?::\d+)?(?:/|$)"
@@ -83,8 +83,8 @@ def serve_step(ctx: Context) -> Iterator[Hit]:
     for e in ctx.kinds("InferenceService"):
         if e.embedded_in and (ref := live.get((e.namespace, e.name))):
             for key in ("storageUri", "modelFormat"):
-                a = ((e.doc["spec"].get("predictor") or {}).get("model") or {}).get(key)
-                b = ((ref.doc["spec"].get("predictor") or {}).get("model") or {}).get(key)
+                a = dig(e.doc, "spec", "predictor", "model", key)
+                b = dig(ref.doc, "spec", "predictor", "model", key)
                 if a is not None and a != b:
                     yield (
                         e,

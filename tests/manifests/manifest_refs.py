@@ -1,12 +1,23 @@
-"""Paths and object references of the real manifests, shared by the fault-injection tests."""
+"""Paths and object references of the real manifests, shared by the broken-copy tests."""
 
 WFT = "base/ml/pipeline/workflowtemplate.yaml"
 ISVC = "base/ml/serving/inferenceservice.yaml"
 KSVC = "base/ml/serving/message-dumper.yaml"
 RBAC = "base/ml/pipeline/rbac.yaml"
 PVC = "base/ml/storage/pvc.yaml"
+ARGO_PLATFORM = "base/platform/argo-workflows"
+EXECUTOR_PATCH = f"{ARGO_PLATFORM}/patches/workflow-controller-configmap-executor.yaml"
 ISVC_REF = "InferenceService/fashion-mnist/fashion-mnist"
 WFT_REF = "WorkflowTemplate/fashion-mnist/fashion-mnist-pipeline"
+PIPELINE_ROLE = "fashion-mnist-pipeline"
+MEMO_ROLE = "fashion-mnist-memoize-cache"
+TFJOBS = {
+    f"TFJob/fashion-mnist/fashion-mnist-pipeline-x7k2p-{m}"
+    for m in ("cnn", "dropout", "batch-norm")
+}
+TRAIN = "spec.templates[train].resource"
+WORKER = f"{TRAIN}.manifest > spec.tfReplicaSpecs.Worker"
+TENSORFLOW = f"{WORKER}.template.spec.containers[tensorflow]"
 
 
 def only(findings, check):

@@ -1,0 +1,86 @@
+"""GitOps topic (Argo CD sync waves, drift) and versions (remote bases pinned by versions.env)."""
+
+from __future__ import annotations
+
+import pytest
+
+from .manifest_refs import PVC, only
+
+WAVE = "argocd.argoproj.io/sync-wave"
+APPS = "argocd/apps/local-k3d"
+CACHE = {
+    "apiVersion": "v1",
+    "kind": "ConfigMap",
+    "metadata": {
+        "name": "fashion-mnist-ingest-cache",
+        "labels": {"workflows.argoproj.io/configmap-type": "Cache"},
+    },
+}
+
+
+def in_wave(wave: str):
+    """An edit putting an object into an Argo CD sync wave."""
+    return lambda d: d["metadata"].setdefault("annotations", {}).update({WAVE: wave})
+
+
+def test_first_consumer_pvc_not_before_its_consumers(broken):
+    broken.edit(PVC, in_wave("-1"))
+    hits = only(broken.check("overlays/local-k3d"), "sync-waves")
+    assert {(f.file, f.obj) for f in hits} == {
+        (PVC, "PersistentVolumeClaim/fashion-mnist/fashion-mnist-pvc")
+    }
+    consumers = {
+        "InferenceService/fashion-mnist/fashion-mnist",
+        "WorkflowTemplate/fashion-mnist/fashion-mnist-pipeline",
+    }
+    assert {c for f in hits for c in consumers if c in f.message} == consumers
+    assert all(f.field == f"metadata.annotations[{WAVE}]" for f in hits)
+
+
+def test_sync_waves_only_for_classes_binding_on_first_consumer(broken):
+    broken.edit(PVC, in_wave("-1"))
+    assert not [f for f in broken.check("base/ml", "overlays/gpu-cloud") if f.check == "sync-waves"]
+
+
+def test_storage_class_rendered_with_first_consumer_binding(broken):
+    broken.edit(PVC, in_wave("-1"))
+    sc = {
+        "apiVersion": "storage.k8s.io/v1",
+        "kind": "StorageClass",
+        "metadata": {"name": "nfs-rwx"},
+        "provisioner": "example.com/nfs",
+        "volumeBindingMode": "WaitForFirstConsumer",
+    }
+    broken.append(PVC, sc)
+    assert only(broken.check("overlays/gpu-cloud"), "sync-waves")
+
+
+def test_memoize_cache_in_git_is_ignored_by_argocd(broken):
+    broken.append("base/ml/pipeline/rbac.yaml", CACHE)
+    (f,) = only(broken.check(APPS, "overlays/local-k3d"), "argocd-drift")
+    assert (f.obj, f.field) == ("Application/argocd/fashion-mnist", "spec.ignoreDifferences")
+    ignore = {
+        "kind": "ConfigMap",
+        "name": CACHE["metadata"]["name"],
+        "jsonPointers": ["/metadata/labels"],
+    }
+    broken.edit(
+        "argocd/apps/common/ml-app.yaml", lambda d: d["spec"].update(ignoreDifferences=[ignore])
+    )
+    assert not [f for f in broken.check(APPS, "overlays/local-k3d") if f.check == "argocd-drift"]
+
+
+@pytest.mark.parametrize(
+    ("rel", "old", "new"),
+    [
+        ("base/platform/training-operator/kustomization.yaml", "?ref=v1.9.4", "?ref=v1.9.3"),
+        ("base/platform/kserve/kustomization.yaml", "download/v0.20.0/", "download/v0.19.0/"),
+        ("argocd/install/kustomization.yaml", "argo-cd/v3.5.1/", "argo-cd/v3.5.0/"),
+    ],
+)
+def test_remote_bases_are_the_ones_versions_env_pins(broken, rel, old, new):
+    broken.replace(rel, old, new)
+    kust = rel.rsplit("/", 1)[0]
+    hits = only(broken.check(kust), "remote-refs")
+    assert {(f.file, f.field) for f in hits} == {(rel, "resources")}
+    assert new.strip("/?") in hits[0].message

@@ -1,0 +1,152 @@
+"""Schemas (kubeconform) and the pods topic catch broken copies of the real manifests."""
+
+from __future__ import annotations
+
+from .conftest import param, template
+from .manifest_refs import (
+    ISVC,
+    ISVC_REF,
+    KSVC,
+    PVC,
+    TENSORFLOW,
+    TFJOBS,
+    WFT,
+    WFT_REF,
+    WORKER,
+    only,
+)
+
+
+def test_baseline_copy_is_clean(broken):
+    assert [f.format() for f in broken.check()] == []
+
+
+def test_schema_unknown_field_in_custom_resource(broken):
+    broken.edit(ISVC, lambda d: d["spec"]["predictor"].update(minReplica=1))
+    (f,) = only(broken.check(), "schema")
+    assert (f.file, f.obj, f.field) == (ISVC, ISVC_REF, "spec.predictor")
+    assert "minReplica" in f.message
+
+
+def test_schema_builtin_kind_strict(broken):
+    broken.edit(PVC, lambda d: d["spec"].update(accessMode=["ReadWriteOnce"]))
+    (f,) = only(broken.check(), "schema")
+    assert (f.file, f.obj) == (PVC, "PersistentVolumeClaim/fashion-mnist/fashion-mnist-pvc")
+    assert f.field == "spec" and "accessMode" in f.message
+
+
+def test_schema_of_tfjob_embedded_in_workflow(broken):
+    broken.replace(WFT, "restartPolicy: ExitCode", "restartPolicies: ExitCode")
+    hits = only(broken.check(), "schema")
+    assert {(f.file, f.field) for f in hits} == {(WFT, WORKER)}
+    assert {f.obj for f in hits} == TFJOBS
+    assert all("restartPolicies" in f.message for f in hits)
+
+
+def test_schema_of_a_builtin_field_type(broken):
+    broken.edit(PVC, lambda d: d["spec"]["resources"]["requests"].update(storage=["10Gi"]))
+    (f,) = only(broken.check(), "schema")
+    assert f.field == "spec.resources.requests.storage"
+
+
+def test_resources_limits_required(broken):
+    broken.edit(
+        WFT, lambda d: template(d, "select")["container"]["resources"]["limits"].pop("memory")
+    )
+    (f,) = only(broken.check(), "resources")
+    assert (f.file, f.obj) == (WFT, WFT_REF)
+    assert f.field == "spec.templates[select].container.resources.limits.memory"
+
+
+def test_limit_lower_than_request_in_embedded_tfjob(broken):
+    resources = (
+        '{"requests": {"cpu": "1", "memory": "2Gi"}, "limits": {"cpu": "2", "memory": "1536Mi"}}'
+    )
+    broken.edit(WFT, lambda d: param(d, "train-resources").update(value=resources))
+    hits = only(broken.check(), "resource-limits")
+    assert {f.obj for f in hits} == TFJOBS
+    assert {f.field for f in hits} == {f"{TENSORFLOW}.resources.limits.memory"}
+    assert all("1536Mi is lower than the request 2Gi" in f.message for f in hits)
+
+
+def test_cpu_limit_lower_than_request(broken):
+    broken.edit(
+        ISVC, lambda d: d["spec"]["predictor"]["model"]["resources"]["limits"].update(cpu="400m")
+    )
+    (f,) = only(broken.check(), "resource-limits")
+    assert (f.file, f.obj, f.field) == (ISVC, ISVC_REF, "spec.predictor.model.resources.limits.cpu")
+
+
+def test_security_context_restricted(broken):
+    sc = lambda d: d["spec"]["predictor"]["model"]["securityContext"]  # noqa: E731
+    broken.edit(ISVC, lambda d: sc(d).update(allowPrivilegeEscalation=True))
+    (f,) = only(broken.check(), "security-context")
+    assert (f.file, f.obj) == (ISVC, ISVC_REF)
+    assert f.field == "spec.predictor.model.securityContext.allowPrivilegeEscalation"
+
+
+def test_security_context_in_embedded_tfjob(broken):
+    indent = " " * 28  # inside the TFJob manifest string
+    broken.replace(WFT, f"\n{indent}drop: [ALL]", f"\n{indent}drop: [NET_RAW]")
+    hits = only(broken.check(), "security-context")
+    assert {f.field for f in hits} == {f"{TENSORFLOW}.securityContext.capabilities.drop"}
+    assert {f.obj for f in hits} == TFJOBS
+
+
+def test_image_must_be_pinned(broken):
+    image = "gcr.io/knative-releases/knative.dev/eventing/cmd/event_display"
+    broken.edit(KSVC, lambda d: d["spec"]["template"]["spec"]["containers"][0].update(image=image))
+    (f,) = only(broken.check(), "image-tag")
+    assert (f.file, f.obj) == (KSVC, "Service/fashion-mnist/message-dumper")
+    assert f.field == "spec.template.spec.containers[event-display].image"
+
+
+def test_latest_image_in_workflow_parameter(broken):
+    broken.edit(WFT, lambda d: param(d, "image").update(value="fashion-mnist/ml:latest"))
+    fields = {f.field for f in only(broken.check(), "image-tag")}
+    assert {"spec.templates[ingest].container.image", f"{TENSORFLOW}.image"} <= fields
+
+
+def test_server_needs_readiness_probe(broken):
+    broken.edit(
+        KSVC, lambda d: d["spec"]["template"]["spec"]["containers"][0].pop("readinessProbe")
+    )
+    (f,) = only(broken.check(), "probes")
+    assert (f.file, f.field) == (
+        KSVC,
+        "spec.template.spec.containers[event-display].readinessProbe",
+    )
+
+
+def test_exemption_needs_reason(broken):
+    ann = "validation.fashion-mnist.example.com/exempt"
+
+    def exempt(d, reason):
+        d["spec"]["template"]["spec"]["containers"][0].pop("readinessProbe", None)
+        d["metadata"]["annotations"][ann] = "probes"
+        if reason:
+            d["metadata"]["annotations"][ann + "-reason"] = reason
+
+    broken.edit(KSVC, lambda d: exempt(d, ""))
+    (f,) = only(broken.check(), "exemption")
+    assert f.file == KSVC and "reason" in f.message
+    broken.edit(KSVC, lambda d: exempt(d, "demo"))
+    assert broken.check() == []
+
+
+def test_render_failure_is_reported(broken):
+    broken.replace(
+        "overlays/local-k3d/patches/inferenceservice-scale-to-zero.yaml",
+        "/spec/predictor/",
+        "/spec/nope/",
+    )
+    (f,) = only(broken.check("overlays/local-k3d"), "render")
+    assert f.kustomization == "overlays/local-k3d"
+
+
+def test_environment_values_are_set_by_parameter_name(broken):
+    # overlays set workflow parameters by name: a renamed parameter fails the rendering
+    broken.edit(WFT, lambda d: param(d, "workers").update(name="replicas"))
+    for env in ("overlays/local-k3d", "overlays/gpu-cloud"):
+        (f,) = only(broken.check(env), "render")
+        assert "workers" in f.message

@@ -1,0 +1,133 @@
+"""Serving and CLI/paths topics catch broken copies of the real manifests."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from .conftest import by_name, template
+from .manifest_refs import ISVC, ISVC_REF, TENSORFLOW, WFT, only
+
+RUNTIMES = ("base/ml", "base/platform/kserve-runtimes")
+
+
+def predictor(d: dict) -> dict:
+    """The InferenceService's predictor."""
+    return d["spec"]["predictor"]
+
+
+@pytest.mark.parametrize(
+    ("update", "field", "text"),
+    [
+        ({"minReplicas": 4}, "spec.predictor.minReplicas", "minReplicas 4 > maxReplicas 3"),
+        ({"minReplicas": -1}, "spec.predictor.minReplicas", "-1 < 0"),
+    ],
+)
+def test_inferenceservice_replica_bounds(broken, update, field, text):
+    broken.edit(ISVC, lambda d: predictor(d).update(update))
+    (f,) = only(broken.check(), "inferenceservice")
+    assert (f.file, f.obj, f.field) == (ISVC, ISVC_REF, field)
+    assert text in f.message
+
+
+def test_inferenceservice_tensorflow_protocol(broken):
+    broken.edit(ISVC, lambda d: predictor(d)["model"].update(protocolVersion="v2"))
+    (f,) = only(broken.check(), "inferenceservice")
+    assert f.field == "spec.predictor.model.protocolVersion"
+
+
+def test_inferenceservice_runtime_must_exist_in_platform(broken):
+    broken.edit(ISVC, lambda d: predictor(d)["model"].update(runtime="kserve-tensorflow-servin"))
+    assert not [f for f in broken.check() if f.check == "inferenceservice"]  # platform not rendered
+    (f,) = only(broken.check(*RUNTIMES), "inferenceservice")
+    assert (f.file, f.obj, f.field) == (ISVC, ISVC_REF, "spec.predictor.model.runtime")
+    assert "'kserve-tensorflow-servin'" in f.message and "kserve-tensorflow-serving" in f.message
+
+
+def test_inferenceservice_runtime_present_passes(broken):
+    assert [f.format() for f in broken.check(*RUNTIMES)] == []
+
+
+def test_logger_url_namespace(broken):
+    url = "http://message-dumper.default.svc.cluster.local"
+    broken.edit(ISVC, lambda d: predictor(d)["logger"].update(url=url))
+    (f,) = only(broken.check(), "logger-url")
+    assert (f.file, f.obj, f.field) == (ISVC, ISVC_REF, "spec.predictor.logger.url")
+
+
+def test_logger_url_service_exists(broken):
+    url = "http://message-dump.fashion-mnist.svc.cluster.local"
+    broken.edit(ISVC, lambda d: predictor(d)["logger"].update(url=url))
+    (f,) = only(broken.check(), "logger-url")
+    assert "no Service fashion-mnist/message-dump" in f.message
+
+
+def test_serve_step_agrees_with_inferenceservice(broken):
+    def serve_other_model(d):
+        res = template(d, "serve")["resource"]
+        manifest = yaml.safe_load(res["manifest"])
+        manifest["spec"] = {"predictor": {"model": {"modelFormat": {"name": "onnx"}}}}
+        res["manifest"] = yaml.safe_dump(manifest)
+
+    broken.edit(WFT, serve_other_model)
+    (f,) = only(broken.check(), "serve-consistency")
+    assert f.file == WFT
+    assert f.field == "spec.templates[serve].resource.manifest > spec.predictor.model.modelFormat"
+
+
+# --- CLI / paths --------------------------------------------------------------------------
+
+
+def args_of(d: dict, tmpl: str) -> list:
+    """The container args of a container template."""
+    return template(d, tmpl)["container"]["args"]
+
+
+def test_cli_flag_unknown_to_training_parser(broken):
+    broken.replace(WFT, "- --lr-schedule\n", "- --lr-scheduler\n")
+    hits = only(broken.check(), "cli-flags")
+    assert {(f.file, f.field) for f in hits} == {(WFT, f"{TENSORFLOW}.args")}
+    assert all("training.train rejects" in f.message for f in hits)
+
+
+def test_cli_flag_unknown_to_select_parser(broken):
+    def rename(d):
+        args = args_of(d, "select")
+        args[args.index("--candidates-dir")] = "--candidate-dir"
+
+    broken.edit(WFT, rename)
+    (f,) = only(broken.check(), "cli-flags")
+    assert f.field == "spec.templates[select].container.args"
+
+
+def test_model_types_must_match_code(broken):
+    def retype(d):
+        args = by_name(template(d, "train-all")["dag"]["tasks"], "batch-norm")["arguments"]
+        by_name(args["parameters"], "model-type")["value"] = "cnn"
+
+    broken.edit(WFT, retype)
+    (f,) = only(broken.check(), "model-types")
+    assert f.file == WFT and "batch_norm" in f.message
+
+
+def test_training_output_must_be_selection_input(broken):
+    broken.replace(WFT, '"/mnt/shared/candidates/{{inputs', '"/mnt/shared/candidate/{{inputs')
+    hits = only(broken.check(), "paths")
+    assert len(hits) == 3 and all("--saved-model-dir" in f.message for f in hits)
+
+
+def test_storage_uri_must_be_published_path(broken):
+    uri = "pvc://fashion-mnist-pvc/models/other"
+    broken.edit(ISVC, lambda d: predictor(d)["model"].update(storageUri=uri))
+    (f,) = only(broken.check(), "paths")
+    assert (f.file, f.obj, f.field) == (ISVC, ISVC_REF, "spec.predictor.model.storageUri")
+
+
+def test_path_not_on_the_pvc(broken):
+    mounts = lambda d: template(d, "select")["container"]["volumeMounts"][0]  # noqa: E731
+    broken.edit(WFT, lambda d: mounts(d).update(mountPath="/mnt/data"))
+    hits = only(broken.check(), "paths")
+    assert any(
+        "not on a mounted PVC" in f.message and f.field == "spec.templates[select].container.args"
+        for f in hits
+    )

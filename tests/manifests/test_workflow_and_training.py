@@ -1,0 +1,202 @@
+"""Workflow and training-job topics catch broken copies of the real WorkflowTemplate."""
+
+from __future__ import annotations
+
+import pytest
+
+from validation.argo import expression
+
+from .conftest import by_name, param, template
+from .manifest_refs import EXECUTOR_PATCH, TRAIN, WFT, WFT_REF, WORKER, only
+
+
+def task(wft: dict, tmpl: str, name: str) -> dict:
+    """A DAG task of a template, by names."""
+    return by_name(template(wft, tmpl)["dag"]["tasks"], name)
+
+
+@pytest.mark.parametrize(
+    ("edit", "field", "text"),
+    [
+        (
+            lambda d: task(d, "pipeline", "select").update(template="selekt"),
+            "spec.templates[pipeline].dag.tasks[select].template",
+            "no template",
+        ),
+        (lambda d: d["spec"].update(entrypoint="main"), "spec.entrypoint", "no template"),
+        (
+            lambda d: task(d, "train-all", "cnn").pop("arguments"),
+            "spec.templates[train-all].dag.tasks[cnn].arguments",
+            "not passed",
+        ),
+        (
+            lambda d: task(d, "pipeline", "select").update(dependencies=["trian"]),
+            "spec.templates[pipeline].dag.tasks[select].dependencies",
+            "no task",
+        ),
+        (
+            lambda d: template(d, "train")["resource"].update(successCondition="status.x >= 2"),
+            f"{TRAIN}.successCondition",
+            "not an Argo condition",
+        ),
+        (
+            lambda d: template(d, "train")["resource"].update(
+                failureCondition="status.conditions.0.type == Failed && true"
+            ),
+            f"{TRAIN}.failureCondition",
+            "not an Argo condition",
+        ),
+        (
+            lambda d: template(d, "train")["inputs"]["parameters"][0].update(name="variant"),
+            "spec.templates[train]",
+            "not declared in inputs",
+        ),
+        (
+            lambda d: param(d, "epochs").update(name="epoch"),
+            "spec.templates[train]",
+            "not in spec.arguments",
+        ),
+        (
+            lambda d: template(d, "pipeline").update(memoize=template(d, "ingest").pop("memoize")),
+            "spec.templates[pipeline].memoize",
+            "container/script",
+        ),
+    ],
+)
+def test_workflow_structure(broken, edit, field, text):
+    broken.edit(WFT, edit)
+    hits = only(broken.check(), "workflow")
+    assert any(f.field == field and text in f.message and f.file == WFT for f in hits), [
+        h.format() for h in hits
+    ]
+
+
+def test_dag_cycle(broken):
+    broken.edit(WFT, lambda d: task(d, "pipeline", "ingest").update(depends="serve"))
+    (f,) = only(broken.check(), "workflow-dag")
+    assert (f.file, f.obj) == (WFT, WFT_REF)
+    assert f.field.startswith("spec.templates[pipeline].dag.tasks[")
+    assert "dependency cycle" in f.message
+    assert all(t in f.message for t in ("ingest", "train", "select", "serve"))
+
+
+def test_dag_self_dependency(broken):
+    broken.edit(WFT, lambda d: task(d, "pipeline", "select")["dependencies"].append("select"))
+    (f,) = only(broken.check(), "workflow-dag")
+    assert f.field == "spec.templates[pipeline].dag.tasks[select]"
+    assert "'select' depends on itself" in f.message
+
+
+@pytest.mark.parametrize("value", ["85", "-0.1", "high"])
+def test_min_accuracy_is_a_fraction(broken, value):
+    broken.edit(WFT, lambda d: param(d, "min-accuracy").update(value=value))
+    (f,) = only(broken.check(), "workflow-params")
+    assert (f.file, f.obj, f.field) == (
+        WFT,
+        WFT_REF,
+        "spec.arguments.parameters[min-accuracy].value",
+    )
+
+
+@pytest.mark.parametrize(
+    "key", ["tfds-fashion_mnist-3.0.1", "tfds-{{workflow.parameters.learning-rate}}"]
+)
+def test_memoize_key_is_a_valid_argo_cache_key(broken, key):
+    broken.edit(WFT, lambda d: template(d, "ingest")["memoize"].update(key=key))
+    (f,) = only(broken.check(), "memoize-key")
+    assert (f.file, f.obj, f.field) == (WFT, WFT_REF, "spec.templates[ingest].memoize.key")
+    assert "renders to 'tfds-" in f.message
+
+
+def test_memoize_cache_in_git_needs_argo_label(broken):
+    cm = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "fashion-mnist-ingest-cache"},
+    }
+    broken.append("base/ml/pipeline/rbac.yaml", cm)
+    (f,) = only(broken.check(), "memoize-cache")
+    assert (f.obj, f.field) == (
+        "ConfigMap/fashion-mnist/fashion-mnist-ingest-cache",
+        "metadata.labels",
+    )
+
+
+def test_executor_containers_restricted(broken):
+    broken.replace(
+        EXECUTOR_PATCH, "allowPrivilegeEscalation: false", "allowPrivilegeEscalation: true"
+    )
+    (f,) = only(broken.check("base/platform/argo-workflows"), "executor-security-context")
+    assert f.obj == "ConfigMap/argo/workflow-controller-configmap"
+    assert f.field == "data.executor.securityContext.allowPrivilegeEscalation"
+
+
+def test_argo_expressions_the_manifests_use():
+    values = {"inputs.parameters.model-type": "batch_norm"}
+    assert (
+        expression("sprig.replace('_', '-', inputs.parameters['model-type'])", values)
+        == "batch-norm"
+    )
+    assert expression("sprig.lower(inputs.parameters.model-type)", values) is None  # not a name
+    assert expression("inputs.parameters['missing']", values) is None
+
+
+# --- training job -------------------------------------------------------------------------
+
+
+def test_restart_policy_must_count_failures(broken):
+    broken.replace(WFT, "restartPolicy: ExitCode", "restartPolicy: OnFailure")
+    hits = only(broken.check(), "tfjob-restart-policy")
+    assert {f.field for f in hits} == {f"{WORKER}.restartPolicy"}
+    assert len(hits) == 3 and all("'OnFailure'" in f.message for f in hits)
+
+
+@pytest.mark.parametrize(
+    ("key", "condition", "text"),
+    [
+        (
+            "failureCondition",
+            "status.replicaStatuses.Worker.failed > 0",
+            "judge the TFJob by status.conditions",
+        ),
+        (
+            "successCondition",
+            "status.replicaStatuses.worker.succeeded = {{workflow.parameters.workers}}",
+            "replica type 'worker' is not in tfReplicaSpecs ['Worker']",
+        ),
+        (
+            "successCondition",
+            "status.replicaStatuses.Worker.succeeded = 1",
+            "success needs succeeded = 2",
+        ),
+        (
+            "successCondition",
+            "status.replicaStatuses.Worker.completed = 2",
+            "success needs succeeded",
+        ),
+        (
+            "successCondition",
+            "status.replicaStatus.Worker.succeeded = 2",
+            "judge the TFJob by status.conditions",
+        ),
+    ],
+)
+def test_tfjob_step_conditions(broken, key, condition, text):
+    broken.edit(WFT, lambda d: template(d, "train")["resource"].update({key: condition}))
+    hits = only(broken.check(), "tfjob-conditions")
+    assert {(f.file, f.obj, f.field) for f in hits} == {(WFT, WFT_REF, f"{TRAIN}.{key}")}
+    assert all(text in f.message for f in hits)
+
+
+def test_tfjob_step_without_failure_condition(broken):
+    broken.edit(WFT, lambda d: template(d, "train")["resource"].pop("failureCondition"))
+    (f,) = only(broken.check(), "tfjob-conditions")
+    assert f.field == f"{TRAIN}.failureCondition" and f.message.startswith("missing")
+
+
+def test_success_count_follows_the_overlay(broken):
+    # gpu-cloud sets workers=4: a TFJob hard-coding 2 replicas no longer matches the condition
+    broken.replace(WFT, "replicas: {{workflow.parameters.workers}}", "replicas: 2")
+    assert not [f for f in broken.check("overlays/local-k3d") if f.check == "tfjob-conditions"]
+    hits = only(broken.check("overlays/gpu-cloud"), "tfjob-conditions")
+    assert all("= 4: success needs succeeded = 2" in f.message for f in hits)
