@@ -13,8 +13,9 @@ API ``/stats/requests``, or the ``*_stats_history.csv`` of a headless run). At t
 
 * scaled out: more than one ready pod while under load (or within ``--cold-start-s`` after);
 * never more than ``--max-replicas`` pods or desired replicas;
-* scaled back in (ready pods and desired replicas <= ``--min-replicas``) within
-  ``--scale-in-window-s`` after the load ended.
+* scaled back in: from a time within ``--scale-in-window-s`` after the load ended, ready pods,
+  pods and desired replicas stay at most ``--min-replicas`` to the end (``--hold-s`` at least);
+* no flapping after scaling in, and no pods stuck not ready longer than ``--cold-start-s``.
 
 Pure logic (:func:`count_pods`, :func:`desired_from_*`, :func:`judge`, :func:`plot_timeline`)
 is separate from the Kubernetes and Locust I/O (:class:`ClusterReader`, :class:`Observer`).
@@ -60,7 +61,17 @@ class Sample:
 
 @dataclass
 class Verdict:
-    """Result of :func:`judge`: ``passed`` and the reasons it failed, plus key moments."""
+    """Result of :func:`judge`: ``passed``, the reasons it failed, and the key moments.
+
+    Attributes:
+        scaled_in_t: start of the final stretch at ``--min-replicas`` that lasts to the end of
+            the timeline (``None`` if the timeline does not end there).
+        last_above_t: last sample after the load with more than ``--min-replicas`` pods.
+        held_s: how long the final stretch at ``--min-replicas`` lasted.
+        flaps: times after the first scale-in at which pods rose above ``--min-replicas`` again.
+        stuck: ``(from_t, to_t)`` stretches in which pods stayed not ready longer than the
+            cold-start grace.
+    """
 
     passed: bool
     reasons: list[str] = field(default_factory=list)
@@ -70,6 +81,20 @@ class Verdict:
     load_end_t: float | None = None
     scaled_out_t: float | None = None
     scaled_in_t: float | None = None
+    last_above_t: float | None = None
+    held_s: float = 0.0
+    flaps: list[float] = field(default_factory=list)
+    stuck: list[tuple[float, float]] = field(default_factory=list)
+
+    def summary(self) -> str:
+        """One line: ``PASS: ...`` with the key times, or ``FAIL: <reasons>``."""
+        if not self.passed:
+            return "FAIL: " + "; ".join(self.reasons)
+        return (
+            f"PASS: scaled out at t={self.scaled_out_t:.0f}s, load ended at "
+            f"t={self.load_end_t:.0f}s, back at min replicas from t={self.scaled_in_t:.0f}s "
+            f"to the end ({self.held_s:.0f}s)"
+        )
 
 
 def _get(obj: Any, *path: str) -> Any:
@@ -146,6 +171,29 @@ def locust_at(history: list[tuple[float, int, float]], unix_t: float) -> tuple[i
     return best
 
 
+def _at_min(s: Sample, min_replicas: int) -> bool:
+    return (
+        s.ready_pods <= min_replicas
+        and s.total_pods <= min_replicas
+        and (s.desired_replicas is None or s.desired_replicas <= min_replicas)
+    )
+
+
+def _not_ready_stretches(samples: list[Sample]) -> list[tuple[float, float]]:
+    """``(first_t, until_t)`` of each run of samples with pods that are not ready; ``until_t``
+    is the first sample where all pods are ready again (or the last sample)."""
+    out, start = [], None
+    for s in samples:
+        if s.total_pods > s.ready_pods and start is None:
+            start = s.t
+        elif s.total_pods <= s.ready_pods and start is not None:
+            out.append((start, s.t))
+            start = None
+    if start is not None:
+        out.append((start, samples[-1].t))
+    return out
+
+
 def judge(
     samples: list[Sample],
     max_replicas: int,
@@ -153,22 +201,33 @@ def judge(
     scale_in_window_s: float = 300.0,
     cold_start_s: float = 60.0,
     load_end_t: float | None = None,
+    hold_s: float = 60.0,
 ) -> Verdict:
-    """Judge an autoscaling timeline.
+    """Judge a whole autoscaling timeline.
+
+    Passes when all of these hold:
+
+    * scaled out: more than one ready pod while under load (or within ``cold_start_s`` after);
+    * never more than ``max_replicas`` pods or desired replicas;
+    * scaled back in: from some time on, ready pods, pods and desired replicas stay at most
+      ``min_replicas`` **to the end of the timeline**, that time is within
+      ``scale_in_window_s`` after the load ended, and the stretch lasts ``hold_s`` or more;
+    * no flapping: once back at ``min_replicas`` after the load, pods never rise above it again;
+    * no pods stuck not ready: no stretch with not-ready pods longer than ``cold_start_s``.
 
     Args:
         samples: observations in time order.
-        max_replicas: the InferenceService's ``maxReplicas``: no sample may exceed it (pods or
-            desired replicas).
+        max_replicas: the InferenceService's ``maxReplicas``.
         min_replicas: ``minReplicas`` (0 with scale to zero): the target after the load.
-        scale_in_window_s: seconds after the load ended within which pods must be back at
-            ``min_replicas``.
-        cold_start_s: grace after the load ended during which late-ready pods still count as
-            having scaled out (pods take time to pull images and load the model).
+        scale_in_window_s: seconds after the load ended within which the final stretch at
+            ``min_replicas`` must begin.
+        cold_start_s: grace for pods to become ready (image pull, model load): after the load
+            ended, late-ready pods still count as having scaled out.
         load_end_t: when the load ended; default: the last sample with users > 0.
+        hold_s: seconds the final stretch at ``min_replicas`` must last to count.
 
     Returns:
-        A :class:`Verdict`.
+        A :class:`Verdict`; its reasons name the times involved.
     """
     v = Verdict(passed=False)
     if not samples:
@@ -196,22 +255,52 @@ def judge(
     if over:
         worst = max(max(s.total_pods, s.desired_replicas or 0) for s in over)
         v.reasons.append(f"exceeded max replicas {max_replicas}: {worst} at t={over[0].t:.0f}s")
-    for s in samples:
-        if (
-            s.t > v.load_end_t
-            and s.ready_pods <= min_replicas
-            and s.total_pods <= min_replicas
-            and (s.desired_replicas is None or s.desired_replicas <= min_replicas)
-        ):
-            v.scaled_in_t = s.t
-            break
-    deadline = v.load_end_t + scale_in_window_s
-    if v.scaled_in_t is None or v.scaled_in_t > deadline:
-        last = samples[-1]
+
+    after = [s for s in samples if s.t > v.load_end_t]
+    above = [s.t for s in after if not _at_min(s, min_replicas)]
+    v.last_above_t = above[-1] if above else None
+    tail = [s for s in after if v.last_above_t is None or s.t > v.last_above_t]
+    last = samples[-1]
+    if tail:
+        v.scaled_in_t = tail[0].t
+        v.held_s = last.t - v.scaled_in_t
+    first_in = next((s.t for s in after if _at_min(s, min_replicas)), None)
+    if first_in is not None:
+        was_at_min = True
+        for s in after:
+            if s.t <= first_in:
+                continue
+            if was_at_min and not _at_min(s, min_replicas):
+                v.flaps.append(s.t)
+            was_at_min = _at_min(s, min_replicas)
+    target = f"{min_replicas} replica(s)"
+    if v.scaled_in_t is None:
+        since = "" if first_in is None else f" (it was there at t={first_in:.0f}s)"
         v.reasons.append(
-            f"did not scale in to {min_replicas} within {scale_in_window_s:.0f}s after the "
-            f"load ended at t={v.load_end_t:.0f}s (last sample t={last.t:.0f}s: "
-            f"{last.ready_pods} ready, {last.total_pods} pods)"
+            f"did not stay scaled in: {last.ready_pods} ready / {last.total_pods} pods at the end "
+            f"(t={last.t:.0f}s), above {target} last at t={v.last_above_t:.0f}s{since}"
+        )
+    elif v.scaled_in_t > v.load_end_t + scale_in_window_s:
+        v.reasons.append(
+            f"scaled in to {target} only at t={v.scaled_in_t:.0f}s, "
+            f"{v.scaled_in_t - v.load_end_t:.0f}s after the load ended at t={v.load_end_t:.0f}s "
+            f"(window {scale_in_window_s:.0f}s; above it last at t={v.last_above_t:.0f}s)"
+        )
+    elif v.held_s < hold_s:
+        v.reasons.append(
+            f"back at {target} from t={v.scaled_in_t:.0f}s, but the timeline ends "
+            f"{v.held_s:.0f}s later (need {hold_s:.0f}s to tell that it stays there)"
+        )
+    if v.flaps:
+        times = ", ".join(f"t={t:.0f}s" for t in v.flaps)
+        v.reasons.append(
+            f"flapped: back above {target} after scaling in at t={first_in:.0f}s, at {times}"
+        )
+    v.stuck = [(a, b) for a, b in _not_ready_stretches(samples) if b - a > cold_start_s]
+    for a, b in v.stuck:
+        v.reasons.append(
+            f"pods stuck not ready from t={a:.0f}s to t={b:.0f}s ({b - a:.0f}s > "
+            f"{cold_start_s:.0f}s cold-start grace)"
         )
     v.passed = not v.reasons
     return v
@@ -267,14 +356,33 @@ def plot_timeline(
     t = [s.t for s in samples]
     fig, ax = plt.subplots(figsize=(10, 5), dpi=100)
     ax.step(t, [s.ready_pods for s in samples], where="post", label="ready pods", lw=2.2)
-    ax.step(t, [s.total_pods for s in samples], where="post", label="pods (incl. starting)",
-            lw=1.2, ls="--")  # fmt: skip
+    ax.step(
+        t,
+        [s.total_pods for s in samples],
+        where="post",
+        label="pods (incl. starting)",
+        lw=1.2,
+        ls="--",
+    )
     if any(s.desired_replicas is not None for s in samples):
-        ax.step(t, [s.desired_replicas or 0 for s in samples], where="post",
-                label="desired replicas", lw=1.2, ls=":")  # fmt: skip
+        ax.step(
+            t,
+            [s.desired_replicas or 0 for s in samples],
+            where="post",
+            label="desired replicas",
+            lw=1.2,
+            ls=":",
+        )
     if any(s.users is not None for s in samples):
-        ax.step(t, [s.users or 0 for s in samples], where="post", label="Locust users",
-                lw=1.0, color="grey", alpha=0.7)  # fmt: skip
+        ax.step(
+            t,
+            [s.users or 0 for s in samples],
+            where="post",
+            label="Locust users",
+            lw=1.0,
+            color="grey",
+            alpha=0.7,
+        )
     if max_replicas is not None:
         ax.axhline(max_replicas, color="red", lw=0.8, ls="-.", label=f"max replicas {max_replicas}")
     ax.set_xlabel("time [s]")
@@ -283,8 +391,9 @@ def plot_timeline(
     handles, labels = ax.get_legend_handles_labels()
     if any(s.rps is not None for s in samples):
         ax2 = ax.twinx()
-        ax2.plot(t, [s.rps or 0 for s in samples], color="tab:purple", alpha=0.6,
-                 label="requests/s")  # fmt: skip
+        ax2.plot(
+            t, [s.rps or 0 for s in samples], color="tab:purple", alpha=0.6, label="requests/s"
+        )
         ax2.set_ylabel("requests/s")
         ax2.set_ylim(bottom=0)
         h2, l2 = ax2.get_legend_handles_labels()
@@ -294,7 +403,7 @@ def plot_timeline(
             if x is not None:
                 ax.axvline(x, color="black", lw=0.6, alpha=0.5)
                 ax.text(x, ax.get_ylim()[1] * 0.97, f" {name}", fontsize=8, va="top")
-        title = f"{title}\n{'PASS' if verdict.passed else 'FAIL: ' + '; '.join(verdict.reasons)}"
+        title = f"{title}\n{verdict.summary()}"
     ax.legend(handles, labels, loc="upper right", fontsize=8)
     ax.set_title(title, fontsize=10)
     fig.tight_layout()
@@ -397,8 +506,11 @@ class Observer:
 
 def build_parser() -> argparse.ArgumentParser:
     """Options: target, Locust source, limits, timing, output."""
-    p = argparse.ArgumentParser(prog="python -m loadtest.observer", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    p = argparse.ArgumentParser(
+        prog="python -m loadtest.observer",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--namespace", default="fashion-mnist")
     p.add_argument("--isvc", default="fashion-mnist", help="InferenceService name")
     p.add_argument("--locust-url", default="", help="Locust web UI, e.g. http://localhost:8089")
@@ -407,6 +519,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--min-replicas", type=int, default=0)
     p.add_argument("--scale-in-window-s", type=float, default=300.0)
     p.add_argument("--cold-start-s", type=float, default=60.0)
+    p.add_argument(
+        "--hold-s",
+        type=float,
+        default=60.0,
+        help="seconds the pods must stay at --min-replicas after the load (observed to the end)",
+    )
     p.add_argument("--interval", type=float, default=2.0, help="seconds between samples")
     p.add_argument("--duration", type=float, default=900.0, help="seconds to observe at most")
     p.add_argument("--out-dir", type=Path, default=Path("reports/autoscaling"))
@@ -417,7 +535,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(args: argparse.Namespace) -> int:
     """Observe, then write timeline.csv / verdict.json / timeline.png; 0 if the judge passes.
 
-    Stops early once the load has ended and pods are back at ``--min-replicas``.
+    Stops early once the load has ended and pods have stayed at ``--min-replicas`` for
+    ``--hold-s`` seconds (so flapping during the hold is seen).
     """
     from kubernetes import client, config
 
@@ -426,9 +545,12 @@ def main(args: argparse.Namespace) -> int:
     except config.ConfigException:
         config.load_incluster_config()
     reader = ClusterReader(
-        client.CoreV1Api(), client.AppsV1Api(), client.CustomObjectsApi(), args.namespace,
+        client.CoreV1Api(),
+        client.AppsV1Api(),
+        client.CustomObjectsApi(),
+        args.namespace,
         args.isvc,
-    )  # fmt: skip
+    )
     wall0 = time.time()
     if args.locust_url:
         locust = lambda: locust_web_stats(args.locust_url)  # noqa: E731
@@ -440,28 +562,43 @@ def main(args: argparse.Namespace) -> int:
     else:
         locust = None
     obs = Observer(reader, locust)
-    seen_load = False
+    seen_load, at_min_since = False, None
     while obs.clock() - obs.t0 < args.duration:
         s = obs.sample()
-        print(f"t={s.t:7.1f}s ready={s.ready_pods} pods={s.total_pods} "
-              f"desired={s.desired_replicas} users={s.users} rps={s.rps}", flush=True)  # fmt: skip
+        print(
+            f"t={s.t:7.1f}s ready={s.ready_pods} pods={s.total_pods} "
+            f"desired={s.desired_replicas} users={s.users} rps={s.rps}",
+            flush=True,
+        )
         seen_load = seen_load or (s.users or 0) > 0
-        if seen_load and (s.users or 0) == 0 and s.total_pods <= args.min_replicas:
-            break
+        if seen_load and (s.users or 0) == 0 and _at_min(s, args.min_replicas):
+            at_min_since = s.t if at_min_since is None else at_min_since
+            if s.t - at_min_since >= args.hold_s:
+                break
+        else:
+            at_min_since = None
         time.sleep(args.interval)
     verdict = judge(
-        obs.samples, args.max_replicas, args.min_replicas, args.scale_in_window_s,
+        obs.samples,
+        args.max_replicas,
+        args.min_replicas,
+        args.scale_in_window_s,
         args.cold_start_s,
-    )  # fmt: skip
+        hold_s=args.hold_s,
+    )
     out = args.out_dir
     write_timeline_csv(obs.samples, out / "timeline.csv")
     (out / "verdict.json").write_text(
         json.dumps({**asdict(verdict), "started_unix": wall0, "isvc": args.isvc}, indent=2)
     )
-    plot_timeline(obs.samples, out / "timeline.png",
-                  f"InferenceService {args.namespace}/{args.isvc} autoscaling",
-                  args.max_replicas, verdict)  # fmt: skip
-    print(("PASS" if verdict.passed else "FAIL: " + "; ".join(verdict.reasons)), flush=True)
+    plot_timeline(
+        obs.samples,
+        out / "timeline.png",
+        f"InferenceService {args.namespace}/{args.isvc} autoscaling",
+        args.max_replicas,
+        verdict,
+    )
+    print(verdict.summary(), flush=True)
     return 0 if verdict.passed else 1
 
 

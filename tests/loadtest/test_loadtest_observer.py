@@ -51,8 +51,10 @@ class FakeCustomObjectsApi:
 
     def list_namespaced_custom_object(self, group, version, namespace, plural, label_selector):
         assert (group, version, plural) == (
-            "autoscaling.internal.knative.dev", "v1alpha1", "podautoscalers",
-        )  # fmt: skip
+            "autoscaling.internal.knative.dev",
+            "v1alpha1",
+            "podautoscalers",
+        )
         if self.fail_status:
             raise ApiException(status=self.fail_status)
         return self.snapshots[self.i]["podautoscalers"]  # the API returns plain dicts
@@ -63,12 +65,23 @@ class FakeAppsV1Api:
         self.api, self.replicas = api, replicas
 
     def list_namespaced_deployment(self, namespace, label_selector=None):
-        text = json.dumps({"apiVersion": "apps/v1", "kind": "DeploymentList", "metadata": {},
-                           "items": [{"metadata": {"name": "fashion-mnist-predictor",
-                                                   "namespace": namespace},
-                                      "spec": {"replicas": self.replicas,
-                                               "selector": {"matchLabels": {"app": "x"}},
-                                               "template": {"metadata": {}}}}]})  # fmt: skip
+        text = json.dumps(
+            {
+                "apiVersion": "apps/v1",
+                "kind": "DeploymentList",
+                "metadata": {},
+                "items": [
+                    {
+                        "metadata": {"name": "fashion-mnist-predictor", "namespace": namespace},
+                        "spec": {
+                            "replicas": self.replicas,
+                            "selector": {"matchLabels": {"app": "x"}},
+                            "template": {"metadata": {}},
+                        },
+                    }
+                ],
+            }
+        )
         return self.api.deserialize(text, "V1DeploymentList", "application/json")
 
 
@@ -98,8 +111,10 @@ def observe_fixture():
 def test_count_pods_on_real_pod_objects():
     snaps = json.loads(FIXTURE.read_text())["snapshots"]
     api = ApiClient()
-    by_t = {s["t"]: api.deserialize(json.dumps(s["pods"]), "V1PodList", "application/json")
-            for s in snaps}  # fmt: skip
+    by_t = {
+        s["t"]: api.deserialize(json.dumps(s["pods"]), "V1PodList", "application/json")
+        for s in snaps
+    }
     assert count_pods(by_t[0]) == (0, 0)
     assert count_pods(by_t[10]) == (0, 1)  # Pending: counted, not ready
     assert count_pods(by_t[50]) == (2, 5)
@@ -113,7 +128,7 @@ def test_observer_samples_and_judge_passes_good_timeline(tmp_path):
     assert [x.t for x in s][:3] == [0.0, 10.0, 20.0]
     assert max(x.ready_pods for x in s) == 5
     assert s[6] == Sample(60.0, 4, 5, 5, 5, 71.3)
-    v = judge(s, meta["max_replicas"], meta["min_replicas"], scale_in_window_s=150)
+    v = judge(s, meta["max_replicas"], meta["min_replicas"], scale_in_window_s=150, hold_s=30)
     assert v.passed, v.reasons
     assert v.load_end_t == 120.0 and v.scaled_out_t == 50.0 and v.scaled_in_t == 220.0
     # timeline CSV round trip and the plot
@@ -125,53 +140,63 @@ def test_observer_samples_and_judge_passes_good_timeline(tmp_path):
 
 def test_judge_fails_when_scale_in_is_too_slow():
     obs, meta = observe_fixture()
-    v = judge(obs.samples, meta["max_replicas"], 0, scale_in_window_s=60)
+    v = judge(obs.samples, meta["max_replicas"], 0, scale_in_window_s=60, hold_s=30)
     assert not v.passed
-    assert any("did not scale in" in r for r in v.reasons)
+    assert any("only at t=220s" in r for r in v.reasons), v.reasons
 
 
 def _timeline(pods_under_load: int, pods_after: list[int], desired_peak=None):
     samples = [Sample(0, 0, 0, 0, 0, 0.0)]
     for t in range(10, 110, 10):
-        samples.append(Sample(t, pods_under_load, pods_under_load,
-                              desired_peak or pods_under_load, 5, 80.0))  # fmt: skip
+        samples.append(
+            Sample(t, pods_under_load, pods_under_load, desired_peak or pods_under_load, 5, 80.0)
+        )
     for k, p in enumerate(pods_after):
         samples.append(Sample(110 + 30 * k, p, p, p, 0, 0.0))
     return samples
 
 
 def test_judge_fails_when_never_scaling_out():
-    v = judge(_timeline(1, [0]), max_replicas=5)
+    v = judge(_timeline(1, [0]), max_replicas=5, hold_s=0)
     assert not v.passed and any("never scaled out" in r for r in v.reasons)
 
 
 def test_judge_fails_when_exceeding_max():
-    v = judge(_timeline(5, [0], desired_peak=7), max_replicas=5)
+    v = judge(_timeline(5, [0], desired_peak=7), max_replicas=5, hold_s=0)
     assert not v.passed and any("exceeded max replicas 5: 7" in r for r in v.reasons)
-    assert judge(_timeline(5, [0]), max_replicas=5).passed
+    assert judge(_timeline(5, [0]), max_replicas=5, hold_s=0).passed
 
 
 def test_judge_min_replicas_and_no_load():
-    assert judge(_timeline(4, [3, 1]), max_replicas=5, min_replicas=1).passed
-    assert not judge(_timeline(4, [3, 2]), max_replicas=5, min_replicas=1).passed
+    assert judge(_timeline(4, [3, 1]), max_replicas=5, min_replicas=1, hold_s=0).passed
+    assert not judge(_timeline(4, [3, 2]), max_replicas=5, min_replicas=1, hold_s=0).passed
     v = judge([Sample(0, 1, 1), Sample(10, 1, 1)], max_replicas=5)
     assert not v.passed and "no load seen" in v.reasons[0]
 
 
 def test_cold_start_grace():
     # pods become ready only 30 s after the load stopped: counted with 60 s grace, not with 10 s
-    samples = [Sample(0, 0, 0, 0, 5, 9.0), Sample(10, 1, 3, 3, 5, 9.0), Sample(20, 1, 3, 3, 0, 0),
-               Sample(40, 3, 3, 3, 0, 0.0), Sample(100, 0, 0, 0, 0, 0.0)]  # fmt: skip
-    assert judge(samples, 5, cold_start_s=60).passed
-    assert not judge(samples, 5, cold_start_s=10).passed
+    samples = [
+        Sample(0, 0, 0, 0, 5, 9.0),
+        Sample(10, 1, 3, 3, 5, 9.0),
+        Sample(20, 1, 3, 3, 0, 0),
+        Sample(40, 3, 3, 3, 0, 0.0),
+        Sample(100, 0, 0, 0, 0, 0.0),
+    ]
+    assert judge(samples, 5, cold_start_s=60, hold_s=0).passed
+    assert not judge(samples, 5, cold_start_s=10, hold_s=0).passed
 
 
 def test_desired_falls_back_to_deployment_without_knative():
     meta = json.loads(FIXTURE.read_text())
     api = ApiClient()
-    reader = ClusterReader(FakeCoreV1Api(meta["snapshots"], api), FakeAppsV1Api(api, 3),
-                           FakeCustomObjectsApi(meta["snapshots"], fail_status=404),
-                           "fashion-mnist", "fashion-mnist")  # fmt: skip
+    reader = ClusterReader(
+        FakeCoreV1Api(meta["snapshots"], api),
+        FakeAppsV1Api(api, 3),
+        FakeCustomObjectsApi(meta["snapshots"], fail_status=404),
+        "fashion-mnist",
+        "fashion-mnist",
+    )
     assert reader.desired() == 3
     reader.custom = FakeCustomObjectsApi(meta["snapshots"], fail_status=500)
     with pytest.raises(ApiException):
@@ -181,9 +206,42 @@ def test_desired_falls_back_to_deployment_without_knative():
 def test_locust_history_csv(tmp_path):
     path = tmp_path / "run_stats_history.csv"
     header = "Timestamp,User Count,Type,Name,Requests/s,Failures/s,50%\n"
-    path.write_text(header + "100,1,POST,/v1/models/[name]:predict,5.0,0,10\n"
-                    "100,1,,Aggregated,5.0,0,10\n200,4,,Aggregated,40.5,0,12\n")  # fmt: skip
+    path.write_text(
+        header + "100,1,POST,/v1/models/[name]:predict,5.0,0,10\n"
+        "100,1,,Aggregated,5.0,0,10\n200,4,,Aggregated,40.5,0,12\n"
+    )
     hist = read_locust_history(path)
     assert hist == [(100.0, 1, 5.0), (200.0, 4, 40.5)]
     assert locust_at(hist, 150) == (1, 5.0) and locust_at(hist, 250) == (4, 40.5)
     assert locust_at(hist, 50) is None
+
+
+TIMELINES = json.loads((FIXTURE.parent / "verdict_timelines.json").read_text())["kinds"]
+
+
+@pytest.mark.parametrize("kind", TIMELINES)
+def test_each_verdict_kind_on_its_fixture_timeline(kind):
+    case = TIMELINES[kind]
+    v = judge([Sample(*row) for row in case["samples"]], **case["judge"])
+    if case["expect"].startswith("PASS"):
+        assert v.passed and v.summary() == case["expect"], v.reasons
+    else:
+        assert not v.passed
+        assert case["expect"] in v.reasons, v.reasons
+        assert v.summary().startswith("FAIL: ")
+
+
+def test_verdict_kinds_are_all_covered():
+    reasons = " ".join(TIMELINES[k]["expect"] for k in TIMELINES)
+    for phrase in (
+        "PASS",
+        "did not stay scaled in",
+        "only at",
+        "flapped",
+        "stuck not ready",
+        "never scaled out",
+        "exceeded max",
+        "no load",
+        "timeline ends",
+    ):
+        assert phrase in reasons, phrase
