@@ -60,7 +60,8 @@ apply() { k apply --server-side --force-conflicts "$@"; }
 # kustomize into ${WORK}/NAME/all.yaml. In mirror mode the pinned remote resources of the
 # kustomization are replaced by their mirror files (the mapping of src/validation/config.py).
 render() {
-  local name="$1" src="$2" out="${WORK}/$1"
+  local src="$2" out="${WORK}/$1"
+  rm -rf "${out}"
   mkdir -p "${out}/k"
   if [[ -d "${src}" ]]; then
     cp -r "${src}/." "${out}/k/"
@@ -106,19 +107,23 @@ PY
 # with top-level keys at column 0.
 split_docs() {
   awk -v dir="$1" '
-    function flush(   f) {
-      if (doc == "") return
+    function flush(   f, i) {
+      if (n == 0) return
       if (kind == "CustomResourceDefinition") f = "crds"
       else if (group ~ /\./ && group !~ /\.k8s\.io$/) f = "crs"
       else f = "objects"
-      printf "---\n%s", doc >> (dir "/" f ".yaml")
-      if (kind == "Deployment") printf "---\n%s", doc >> (dir "/deploys.yaml")
-      doc = ""; kind = ""; group = ""
+      print "---" >> (dir "/" f ".yaml")
+      for (i = 0; i < n; i++) print lines[i] >> (dir "/" f ".yaml")
+      if (kind == "Deployment") {
+        print "---" >> (dir "/deploys.yaml")
+        for (i = 0; i < n; i++) print lines[i] >> (dir "/deploys.yaml")
+      }
+      n = 0; kind = ""; group = ""
     }
     /^---/ { flush(); next }
     /^kind: / { kind = $2 }
     /^apiVersion: / { group = ($2 ~ /\//) ? substr($2, 1, index($2, "/") - 1) : "" }
-    { doc = doc $0 "\n" }
+    { lines[n++] = $0 }
     END { flush() }
   ' "$1/all.yaml"
 }

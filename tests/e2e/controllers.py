@@ -271,7 +271,7 @@ class WebhookWirer(threading.Thread):
     re-applied from upstream. ``errors`` collects failures (the tests assert it is empty).
     """
 
-    def __init__(self, admin: Path, interval: float = 0.5) -> None:
+    def __init__(self, admin: Path, interval: float = 1.0) -> None:
         super().__init__(daemon=True, name="webhook-wirer")
         self.admin = admin
         self.interval = interval
@@ -279,12 +279,35 @@ class WebhookWirer(threading.Thread):
         self.errors: list[str] = []
         self._stop = threading.Event()
         self._lock = threading.Lock()
+        self._api = None
 
     def add(self, target: WebhookTarget) -> None:
         """Wire ``target.configs`` from now on."""
         with self._lock:
             for c in target.configs:
                 self.targets[c] = target
+
+    def _live(self, kind: str) -> dict[str, dict]:
+        """The live webhook configurations of ``kind`` by name (kubernetes client: cheaper
+        than a kubectl process per poll)."""
+        if self._api is None:
+            from kubernetes import client, config
+
+            api = client.AdmissionregistrationV1Api(
+                config.new_client_from_config(config_file=str(self.admin))
+            )
+            self._api = api
+        lister = (
+            self._api.list_validating_webhook_configuration
+            if kind == "ValidatingWebhookConfiguration"
+            else self._api.list_mutating_webhook_configuration
+        )
+        items = self._api.api_client.sanitize_for_serialization(lister().items)
+        out = {}
+        for o in items:
+            o["apiVersion"], o["kind"] = "admissionregistration.k8s.io/v1", kind
+            out[o["metadata"]["name"]] = o
+        return out
 
     def wire_once(self) -> int:
         """One pass; number of configurations changed."""
@@ -295,8 +318,7 @@ class WebhookWirer(threading.Thread):
             names = [name for (kind, name), _ in items if kind == kinds]
             if not names:
                 continue
-            out = kubectl(self.admin, "get", kinds.lower(), "-o", "json", check=False)
-            live = {o["metadata"]["name"]: o for o in json.loads(out or '{"items":[]}')["items"]}
+            live = self._live(kinds)
             for name in names:
                 if name not in live:
                     continue
@@ -479,7 +501,9 @@ def training_operator(admin: Path, workdir: Path, wirer: WebhookWirer) -> Contro
             f"--metrics-bind-address=127.0.0.1:{metrics}",
             "--leader-elect=false",
         ],
-        {"MY_POD_NAMESPACE": "kubeflow", "KUBECONFIG": str(kc)},
+        # TMPDIR=/tmp: the rotator writes to the fixed /tmp/k8s-webhook-server/serving-certs,
+        # the webhook server reads $TMPDIR/k8s-webhook-server/serving-certs
+        {"MY_POD_NAMESPACE": "kubeflow", "KUBECONFIG": str(kc), "TMPDIR": "/tmp"},
         workdir / "training-operator.log",
         health_url=f"http://127.0.0.1:{probe}/readyz",
     )
