@@ -20,19 +20,17 @@ import logging
 import sys
 from http import HTTPStatus
 
-from serving import DEFAULT_MODEL_NAME
+from serving import DEFAULT_MODEL_NAME, kserve_compat
 
 log = logging.getLogger(__name__)
 
 
 def build_parser() -> argparse.ArgumentParser:
     """KServe's model-server parser plus this server's options (see module docstring)."""
-    from kserve.model_server import parser as kserve_parser
-
     parser = argparse.ArgumentParser(
         prog="python -m serving.server",
         description="Serve the highest Fashion-MNIST SavedModel version over KServe's V1 API.",
-        parents=[kserve_parser],
+        parents=[kserve_compat.kserve_parser()],
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     parser.add_argument(
@@ -200,48 +198,6 @@ def install_error_handlers(app, limits) -> None:
     app.add_middleware(BodyLimitMiddleware, max_body_bytes=max_body_bytes(limits))
 
 
-def _rest_server_class():
-    from kserve.protocol.rest.server import RESTServer
-
-    class FashionRESTServer(RESTServer):
-        """KServe's RESTServer plus :func:`install_error_handlers` and a bind address."""
-
-        limits = None
-
-        def _add_exception_handlers(self, app):
-            super()._add_exception_handlers(app)
-            install_error_handlers(app, self.limits)
-
-        def _register_endpoints(self, app):
-            # KServe's own registration minus V2: V1 only, like the cluster's TF Serving
-            # runtime. KServe's V2 set includes the model-repository API, whose unauthenticated
-            # /unload would take the model down for good (its /load cannot bring it back).
-            from fastapi import APIRouter
-            from kserve.protocol.rest.server import metrics_handler
-            from kserve.protocol.rest.v1_endpoints import register_v1_endpoints
-
-            root_router = APIRouter()
-            root_router.add_api_route(r"/", self.dataplane.live)
-            root_router.add_api_route(r"/metrics", metrics_handler, methods=["GET"])
-            app.include_router(root_router)
-            register_v1_endpoints(app, self.dataplane, self.model_repository_extension)
-
-        def build_app(self):
-            """A fresh FastAPI app wired like ``create_application`` (for TestClient)."""
-            from fastapi import FastAPI
-            from fastapi.responses import ORJSONResponse
-
-            app = FastAPI(
-                title="fashion-mnist", default_response_class=ORJSONResponse, docs_url=None
-            )
-            self._add_middlewares(app)
-            self._register_endpoints(app)
-            self._add_exception_handlers(app)
-            return app
-
-    return FashionRESTServer
-
-
 def make_rest_server(model_server, model, http_port: int, host: str = "0.0.0.0", **kwargs):
     """KServe ``RESTServer`` for ``model_server`` with this server's error handling.
 
@@ -252,16 +208,9 @@ def make_rest_server(model_server, model, http_port: int, host: str = "0.0.0.0",
         host: bind address.
         kwargs: passed on to ``RESTServer`` (``access_log_format``, ``event_loop``, ...).
     """
-    rest = _rest_server_class()(
-        "kserve.model_server:app",
-        model_server.dataplane,
-        model_server.model_repository_extension,
-        http_port,
-        **kwargs,
+    return kserve_compat.make_rest_server(
+        model_server, model.limits, install_error_handlers, http_port, host, **kwargs
     )
-    rest.limits = model.limits
-    rest.config.host = host
-    return rest
 
 
 def build_app(model):
@@ -335,7 +284,7 @@ def main(args: argparse.Namespace) -> int:
         timeout_keep_alive=args.timeout_keep_alive,
     )
     # ModelServer.start() with a configurable bind address: its RESTServer always binds 0.0.0.0.
-    server._register_and_check_atleast_one_model_is_ready([model])
+    kserve_compat.register_ready_models(server, [model])
     rest = make_rest_server(
         server,
         model,
@@ -352,12 +301,9 @@ def main(args: argparse.Namespace) -> int:
         logging.getLogger("kserve.trace").setLevel(logging.WARNING)
     servers = [rest.start()]
     if args.enable_grpc:
-        from kserve.protocol.grpc.server import GRPCServer
-
-        grpc = GRPCServer(
-            args.grpc_port, server.dataplane, server.model_repository_extension, kwargs=vars(args)
+        servers.append(
+            kserve_compat.grpc_server(server, args.grpc_port, vars(args), args.max_threads)
         )
-        servers.append(grpc.start(args.max_threads))
 
     async def serve():
         server.setup_event_loop()
