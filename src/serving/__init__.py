@@ -1,20 +1,24 @@
-"""Fashion-MNIST model server (KServe custom model, V1 protocol) and its client.
+"""Fashion-MNIST model server (KServe custom model, TF Serving's REST API) and its client.
 
 Modules:
-  * :mod:`serving.model`: request validation, the micro-batcher and the ``kserve.Model``
-    subclass that serves the highest published SavedModel version;
+  * :mod:`serving.request`: request validation (TF Serving's row and columnar formats, its
+    base64 rules, image checks with Pillow, limits);
+  * :mod:`serving.versions`: the highest published SavedModel version under a base path;
+  * :mod:`serving.batcher`: micro-batching of concurrent requests on one inference thread;
+  * :mod:`serving.model`: the ``kserve.Model`` that runs the SavedModel's signature;
   * :mod:`serving.server`: command line (``python -m serving.server``) built on KServe's own
-    argument parser and ``ModelServer``;
+    argument parser and ``ModelServer``; KServe internals only through
+    :mod:`serving.kserve_compat`;
   * :mod:`serving.client`: command-line client (``python -m serving.client IMAGE...``);
   * :mod:`serving.launch`: the server as a loopback child process (local pipeline, load tests,
     benchmarks, tests).
 
-Wire format (TF Serving "row" format = KServe V1, so the same client works against KServe's
-TensorFlow runtime in the cluster)::
+Wire format: TF Serving's REST API, as KServe's TensorFlow runtime serves it in the cluster, so
+the same client works against both (see docs/serving.md)::
 
     POST /v1/models/fashion-mnist:predict
-    {"instances": [{"b64": "<standard base64 JPEG/PNG>"}, ...]}
-    -> {"predictions": [[p0, ..., p9], ...]}
+    {"instances": [{"b64": "<base64 JPEG/PNG>"}, ...]}  -> {"predictions": [[p0, ..., p9], ...]}
+    {"inputs": [{"b64": "<base64 JPEG/PNG>"}, ...]}     -> {"outputs": [[p0, ..., p9], ...]}
 """
 
 import os
