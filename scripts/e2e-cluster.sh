@@ -9,7 +9,7 @@
 #   scripts/e2e-cluster.sh run -- CMD [ARG...]   start, run CMD with the cluster's env, ALWAYS
 #                                               tear down (EXIT/INT/TERM); exit with CMD's status
 #   scripts/e2e-cluster.sh up                    start and print the env file to source
-#   scripts/e2e-cluster.sh down [E2E_DIR]        stop the cluster of E2E_DIR (default: last `up`)
+#   scripts/e2e-cluster.sh down E2E_DIR          stop the cluster `up` started in E2E_DIR
 #
 # CMD sees: KUBECONFIG (admin), KUBECTL (kubectl 1.34 built here), FMNIST_E2E_DIR,
 # FMNIST_E2E_KUBECONFIG, FMNIST_E2E_CLUSTER, PATH with the tool bin dirs first.
@@ -21,7 +21,6 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 TOOLS="$ROOT/scripts/tools.sh"
 STAGES="$ROOT/hack/e2e/kwok-stages.yaml"
 NODES="$ROOT/hack/e2e/nodes.yaml"
-LAST="${XDG_RUNTIME_DIR:-/tmp}/fmnist-e2e.last"
 NAME="${FMNIST_E2E_CLUSTER:-fmnist-e2e}"
 START_TIMEOUT="${FMNIST_E2E_START_TIMEOUT:-120}"
 
@@ -38,13 +37,12 @@ kwokctl() { KWOK_WORKDIR="$E2E_DIR/kwok" "$KWOK_BIN/kwokctl" --name "$NAME" "$@"
 
 # PIDs of every process whose command line mentions this run's directory (all of them were
 # started by kwokctl for this run; the directory name is unique per run).
-run_pids() { pgrep -f -- "$E2E_DIR/kwok" || true; }
+run_pids() { pgrep -f -- "$E2E_DIR/kwok/" || true; }
 
 up() {
   bins
   E2E_DIR="${E2E_DIR:-$(mktemp -d "${TMPDIR:-/tmp}/fmnist-e2e.XXXXXX")}"
   mkdir -p "$E2E_DIR"
-  echo "$E2E_DIR" > "$LAST"
   local t0 cfg="$E2E_DIR/kwokctl.yaml"
   t0="$(date +%s%N)"
   # Binary paths, 127.0.0.1 only, RBAC + default admission plugins, no downloads.
@@ -65,6 +63,12 @@ options:
   kubectlBinary: $K8S_BIN/kubectl
   etcdBinary: $ETCD_BIN/etcd
   kwokControllerBinary: $KWOK_BIN/kwok
+# Each built-in controller uses its own ServiceAccount (RBAC bootstrap roles), like kubeadm.
+componentsPatches:
+  - name: kube-controller-manager
+    extraArgs:
+      - key: use-service-account-credentials
+        value: "true"
 EOF
   log "starting $NAME in $E2E_DIR"
   if ! kwokctl create cluster --config "$cfg" --config "$STAGES" \
@@ -98,8 +102,10 @@ EOF
 }
 
 down() {
-  E2E_DIR="${1:-${E2E_DIR:-$(cat "$LAST" 2>/dev/null || true)}}"
-  [[ -n "$E2E_DIR" && -d "$E2E_DIR" ]] || { log "nothing to stop"; return 0; }
+  # Only ever the run named explicitly: several runs (other clones, other users) may coexist.
+  E2E_DIR="${1:-${E2E_DIR:-}}"
+  [[ -n "$E2E_DIR" ]] || die "usage: $0 down E2E_DIR (the directory \`up\` printed)"
+  [[ -f "$E2E_DIR/kwokctl.yaml" ]] || { log "no e2e cluster in $E2E_DIR"; return 0; }
   bins
   kwokctl delete cluster > "$E2E_DIR/delete.log" 2>&1 || log "kwokctl delete cluster failed (see $E2E_DIR/delete.log)"
   local pids i
@@ -139,7 +145,7 @@ case "${1:-}" in
   down) shift; down "$@" ;;
   run) shift; run "$@" ;;
   -h|--help)
-    echo "usage: scripts/e2e-cluster.sh run -- CMD [ARG...] | up | down [E2E_DIR]"
+    echo "usage: scripts/e2e-cluster.sh run -- CMD [ARG...] | up | down E2E_DIR"
     sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' ;;
-  *) echo "usage: scripts/e2e-cluster.sh run -- CMD [ARG...] | up | down [E2E_DIR] (see --help)" >&2; exit 2 ;;
+  *) echo "usage: scripts/e2e-cluster.sh run -- CMD [ARG...] | up | down E2E_DIR (see --help)" >&2; exit 2 ;;
 esac

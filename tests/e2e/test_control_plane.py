@@ -45,8 +45,14 @@ def test_rbac_is_enforced_for_a_service_account_token(kubectl, namespace, sa_kub
         what="the RoleBinding to take effect",
     )
     # The grant is exactly what was bound: other verbs and namespaces stay forbidden.
-    assert kubectl.run("delete", "pods", "--all", "-n", namespace, kubeconfig=cfg).returncode != 0
-    assert kubectl.run("get", "pods", "-n", "default", kubeconfig=cfg).returncode != 0
+    for args in (
+        ("create", "configmap", "x", "-n", namespace),
+        ("get", "pods", "-n", "default"),
+    ):
+        refused = kubectl.run(*args, kubeconfig=cfg)
+        assert refused.returncode != 0 and "forbidden" in refused.stderr.lower(), args
+    can_delete = kubectl.run("auth", "can-i", "delete", "pods", "-n", namespace, kubeconfig=cfg)
+    assert (can_delete.returncode, can_delete.stdout.strip()) == (1, "no")
 
 
 def test_kwok_nodes_are_ready(kubectl):
