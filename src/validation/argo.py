@@ -7,12 +7,11 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 import yaml
 
-from validation.core import Obj
+from validation.core import Obj, dig
 
 WORKFLOW_KINDS = {"Workflow", "WorkflowTemplate", "ClusterWorkflowTemplate", "CronWorkflow"}
 PLACEHOLDER = re.compile(r"\{\{\s*([^{}]+?)\s*\}\}")
@@ -28,7 +27,7 @@ def workflow_spec(o: Obj) -> dict:
 
 def workflow_params(spec: dict) -> dict[str, str]:
     """Workflow-level parameters with their (default) values, as strings."""
-    params = (spec.get("arguments") or {}).get("parameters") or []
+    params = dig(spec, "arguments", "parameters", default=[])
     return {p["name"]: str(p.get("value", "")) for p in params if "name" in p}
 
 
@@ -82,10 +81,8 @@ def substitute_tree(node, values: dict[str, str]):
 
 def tasks(template: dict) -> list[dict]:
     """The DAG tasks or steps of a template (steps flattened)."""
-    out = list((template.get("dag") or {}).get("tasks") or [])
-    for group in template.get("steps") or []:
-        out.extend(group or [])
-    return out
+    steps = [t for group in template.get("steps") or [] for t in group or []]
+    return [*dig(template, "dag", "tasks", default=[]), *steps]
 
 
 @dataclass
@@ -111,19 +108,18 @@ def calls(o: Obj) -> list[Call]:
     base |= {"workflow.name": SAMPLE_WORKFLOW_NAME, "workflow.namespace": o.namespace or "default"}
 
     def values(t: dict, args: dict) -> dict[str, str]:
-        vals = dict(base)
-        for p in (t.get("inputs") or {}).get("parameters") or []:
-            v = args.get(p.get("name"), p.get("value", p.get("default")))
-            if v is not None:
-                vals[f"inputs.parameters.{p['name']}"] = str(v)
-        return vals
+        params = dig(t, "inputs", "parameters", default=[])
+        given = {
+            p.get("name"): args.get(p.get("name"), p.get("value", p.get("default"))) for p in params
+        }
+        return base | {f"inputs.parameters.{k}": str(v) for k, v in given.items() if v is not None}
 
     out = []
     for t in by_name.values():
         for task in tasks(t):
             target = by_name.get(task.get("template"))
             if target is not None:
-                params = (task.get("arguments") or {}).get("parameters") or []
+                params = dig(task, "arguments", "parameters", default=[])
                 args = {p.get("name"): substitute(str(p.get("value", "")), base) for p in params}
                 out.append(Call(target, task.get("name", ""), values(target, args)))
     called = {id(c.template) for c in out}
@@ -131,13 +127,12 @@ def calls(o: Obj) -> list[Call]:
     return out
 
 
-def first_calls(o: Obj) -> Iterator[Call]:
+def first_calls(o: Obj) -> list[Call]:
     """One call per template (the first), for checks of the template itself."""
-    seen = set()
+    firsts: dict[int, Call] = {}
     for c in calls(o):
-        if id(c.template) not in seen:
-            seen.add(id(c.template))
-            yield c
+        firsts.setdefault(id(c.template), c)
+    return list(firsts.values())
 
 
 def embedded(o: Obj) -> tuple[list[Obj], list[tuple[str, str]]]:
@@ -157,10 +152,9 @@ def embedded(o: Obj) -> tuple[list[Obj], list[tuple[str, str]]]:
         try:
             doc = yaml.safe_load(text)
         except yaml.YAMLError as e:
-            problems.append((where, f"manifest is not YAML after substitution: {e}"))
-            continue
+            doc = f"not YAML after substitution: {e}"
         if not isinstance(doc, dict):
-            problems.append((where, "manifest is not an object"))
+            problems.append((where, f"manifest is {doc if isinstance(doc, str) else 'no object'}"))
             continue
         doc.setdefault("metadata", {}).setdefault("namespace", o.namespace)
         extra = {"resource": res, "caller": call.caller, "workflow": o, "values": call.values}

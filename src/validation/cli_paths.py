@@ -4,7 +4,7 @@ parsers, and the files they share through the PVC.
 Checks: ``cli-flags`` (each command's arguments parse with its module's ``build_parser()``),
 ``paths`` (training writes where selection reads, selection publishes where the
 InferenceService's ``storageUri`` points, every path is on a mounted PVC that exists, one
-``--data-dir``), ``model-types`` (the trained model types are ``training.models.MODEL_TYPES``).
+``--data-dir``), ``model-types`` (the trained model types are ``fmnist_common.MODEL_TYPES``).
 """
 
 from __future__ import annotations
@@ -60,32 +60,28 @@ def parse(module: str, args: list[str]):
 
 def commands(ctx: Context) -> Iterator[Command | Hit]:
     """Every training command (parsed), or a hit when it does not parse."""
-    for o, pt in checked(ctx):
+    for o, pod, c, path, _ in checked(ctx):
         wf_volumes = workflow_spec(o).get("volumes") or [] if o.kind in WORKFLOW_KINDS else []
-        claims = {
-            v.get("name"): v["persistentVolumeClaim"].get("claimName")
-            for v in [*(pt.pod.get("volumes") or []), *wf_volumes]
-            if v.get("persistentVolumeClaim")
+        volumes = [*(pod.get("volumes") or []), *wf_volumes]
+        claims = {v.get("name"): dig(v, "persistentVolumeClaim", "claimName") for v in volumes}
+        argv = [str(x) for x in (c.get("command") or []) + (c.get("args") or [])]
+        if len(argv) < 3 or not argv[0].split("/")[-1].startswith("python") or argv[1] != "-m":
+            continue
+        if not MODULE.match(argv[2]):
+            continue
+        if left := [a for a in argv[3:] if PLACEHOLDER.search(a)]:
+            yield o, f"{path}.args", f"unresolved placeholders {left}"
+            continue
+        ns, err = parse(argv[2], argv[3:])
+        if err:
+            yield o, f"{path}.args", err
+            continue
+        mounts = {
+            m["mountPath"].rstrip("/") or "/": claims[m["name"]]
+            for m in c.get("volumeMounts") or []
+            if claims.get(m.get("name"))
         }
-        for c, path in pt.containers:
-            argv = [str(x) for x in (c.get("command") or []) + (c.get("args") or [])]
-            if len(argv) < 3 or not argv[0].split("/")[-1].startswith("python") or argv[1] != "-m":
-                continue
-            if not MODULE.match(argv[2]):
-                continue
-            if left := [a for a in argv[3:] if PLACEHOLDER.search(a)]:
-                yield o, f"{path}.args", f"unresolved placeholders {left}"
-                continue
-            ns, err = parse(argv[2], argv[3:])
-            if err:
-                yield o, f"{path}.args", err
-                continue
-            mounts = {
-                m["mountPath"].rstrip("/") or "/": claims[m["name"]]
-                for m in c.get("volumeMounts") or []
-                if m.get("name") in claims and m.get("mountPath")
-            }
-            yield Command(argv[2], ns, o, f"{path}.args", mounts)
+        yield Command(argv[2], ns, o, f"{path}.args", mounts)
 
 
 @check("cli-flags")
@@ -107,12 +103,9 @@ def paths(ctx: Context) -> Iterator[Hit]:
             loc = c.on_claim(attr)
             if loc is None:
                 flag = "--" + attr.replace("_", "-")
-                yield (
-                    c.obj,
-                    c.field,
-                    f"{flag} {getattr(c.args, attr)} is not on a mounted PVC"
-                    f" (mounts: {c.mounts or 'none'})",
-                )
+                msg = f"{flag} {getattr(c.args, attr)} is not on a mounted PVC"
+                f" (mounts: {c.mounts or 'none'})"
+                yield c.obj, c.field, msg
             elif pvcs and (c.obj.namespace, loc[0]) not in pvcs:
                 yield c.obj, c.field, f"PVC {loc[0]} not in the manifests"
             else:
@@ -126,14 +119,11 @@ def paths(ctx: Context) -> Iterator[Hit]:
         for s in selects:
             cand = where.get((id(s), "candidates_dir"))
             if saved and cand and saved != (cand[0], posixpath.join(cand[1], t.args.model_type)):
-                yield (
-                    t.obj,
-                    t.field,
-                    (
-                        f"--saved-model-dir {t.args.saved_model_dir} is not <--candidates-dir>/"
-                        f"{t.args.model_type} of the select step ({cand[0]}:{cand[1]})"
-                    ),
+                msg = (
+                    f"--saved-model-dir {t.args.saved_model_dir} is not <--candidates-dir>/"
+                    f"{t.args.model_type} of the select step ({cand[0]}:{cand[1]})"
                 )
+                yield t.obj, t.field, msg
     published = {where.get((id(s), "serving_base_path")) for s in selects} - {None}
     for o in ctx.kinds("InferenceService"):
         uri = str(dig(o.doc, "spec", "predictor", "model", "storageUri", default=""))
@@ -142,28 +132,22 @@ def paths(ctx: Context) -> Iterator[Hit]:
             if pvcs and (o.namespace, claim) not in pvcs:
                 yield o, field, f"PVC {claim} not in the manifests"
             for pub in published - {(claim, sub)}:
-                yield (
-                    o,
-                    field,
-                    f"storageUri {uri} is not where selection publishes (pvc://{pub[0]}/{pub[1]})",
-                )
+                msg = f"storageUri {uri} is not where selection publishes (pvc://{pub[0]}/{pub[1]})"
+                yield o, field, msg
 
 
 @check("model-types")
 def model_types(ctx: Context) -> Iterator[Hit]:
-    """The pipeline trains exactly ``training.models.MODEL_TYPES``."""
+    """The pipeline trains exactly ``fmnist_common.MODEL_TYPES``."""
     trains = [c for c in commands(ctx) if isinstance(c, Command) and c.module == "training.train"]
     if not trains:
         return
     try:
-        expected = sorted(importlib.import_module("training.models").MODEL_TYPES)
+        expected = sorted(importlib.import_module("fmnist_common").MODEL_TYPES)
     except Exception as e:  # noqa: BLE001 - an import failure is a finding
-        yield trains[0].obj, "", f"cannot import training.models.MODEL_TYPES: {e}"
+        yield trains[0].obj, "", f"cannot import fmnist_common.MODEL_TYPES: {e}"
         return
     got = sorted(c.args.model_type for c in trains)
     if sorted(set(got)) != expected:
-        yield (
-            trains[0].obj,
-            "",
-            f"trained model types {got} != training.models.MODEL_TYPES {expected}",
-        )
+        msg = f"trained model types {got} != fmnist_common.MODEL_TYPES {expected}"
+        yield trains[0].obj, "", msg

@@ -1,9 +1,9 @@
 """Findings, rendered objects and the check registry: one way to build a finding.
 
 A check is a function registered under its name with :func:`check`; it receives a
-:class:`Context` (one kustomization's rendered objects, plus every rendering for checks that
-look across kustomizations) and yields ``(object, field, message)``. :func:`run_checks` turns
-each into a :class:`Finding` named after the check; :func:`finding` is the only constructor.
+:class:`Context` (one kustomization's objects, and every kustomization's for checks across
+them) and yields ``(object, field, message)``; :func:`run_checks` turns each into a
+:class:`Finding` named after the check with :func:`finding`, the only constructor used.
 """
 
 from __future__ import annotations
@@ -11,10 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
-import yaml
-
 EXEMPT = "validation.fashion-mnist.example.com/exempt"
-EXEMPT_REASON = "validation.fashion-mnist.example.com/exempt-reason"
 
 
 @dataclass(frozen=True)
@@ -30,49 +27,31 @@ class Finding:
 
     def format(self) -> str:
         """One report line."""
-        parts = [f"[{self.check}] {self.file or self.kustomization or '-'}"]
+        where = self.file or self.kustomization or "-"
         if self.kustomization and self.file and self.kustomization not in self.file:
-            parts.append(f"(rendered by {self.kustomization})")
-        parts += [self.obj] if self.obj else []
-        parts += [f"field {self.field}"] if self.field else []
-        return " ".join(parts) + f": {self.message}"
+            where += f" (rendered by {self.kustomization})"
+        parts = [f"[{self.check}] {where}", self.obj, f"field {self.field}" if self.field else ""]
+        return " ".join(p for p in parts if p) + f": {self.message}"
 
 
 @dataclass
 class Obj:
-    """A rendered object with where it came from (``source``: repo-relative file or upstream)."""
+    """A rendered object with where it came from (``source``: repo-relative file, or
+    ``upstream:<remote>``); ``embedded_in``: the Workflow field holding its manifest."""
 
     doc: dict
     kustomization: str
     source: str
     upstream: bool = False
-    embedded_in: str = ""  # e.g. "spec.templates[train].resource.manifest"
+    embedded_in: str = ""
     extra: dict = field(default_factory=dict)
 
-    @property
-    def kind(self) -> str:
-        """The object's kind."""
-        return self.doc.get("kind", "")
-
-    @property
-    def meta(self) -> dict:
-        """metadata ({} when absent)."""
-        return self.doc.get("metadata") or {}
-
-    @property
-    def name(self) -> str:
-        """metadata.name."""
-        return self.meta.get("name", "")
-
-    @property
-    def namespace(self) -> str:
-        """metadata.namespace ('' for cluster-scoped or unset)."""
-        return self.meta.get("namespace") or ""
-
-    @property
-    def ref(self) -> str:
-        """kind/namespace/name for reports."""
-        return f"{self.kind}/{self.namespace + '/' if self.namespace else ''}{self.name}"
+    def __post_init__(self) -> None:
+        self.meta: dict = self.doc.get("metadata") or {}
+        self.kind: str = self.doc.get("kind", "")
+        self.name: str = self.meta.get("name", "")
+        self.namespace: str = self.meta.get("namespace") or ""
+        self.ref = f"{self.kind}/{self.namespace + '/' if self.namespace else ''}{self.name}"
 
     def path(self, p: str) -> str:
         """A field of this object, prefixed with the embedding field when embedded."""
@@ -80,8 +59,8 @@ class Obj:
 
 
 def finding(check: str, message: str, obj: Obj | None = None, field: str = "", **where) -> Finding:
-    """The one way to build a finding: about ``obj`` (and a field of it), or ``where`` (file=,
-    kustomization=) for findings about no object."""
+    """The one way to build a finding: about ``obj`` (and a field of it), or about a file or
+    kustomization (``where``: file=, kustomization=)."""
     if obj is None:
         return Finding(check, message, field=field, **where)
     return Finding(check, message, obj.source, obj.kustomization, obj.ref, obj.path(field))
@@ -89,15 +68,15 @@ def finding(check: str, message: str, obj: Obj | None = None, field: str = "", *
 
 @dataclass
 class Context:
-    """What a check sees: one kustomization's objects (embedded manifests included), and every
-    kustomization's (for checks across them, e.g. runtimes from the platform)."""
+    """What a check sees: one kustomization's objects (embedded manifests included), and
+    every kustomization's (``rendered``: e.g. the runtimes the platform renders)."""
 
     objs: list[Obj]
     rendered: dict[str, list[Obj]]
 
     @property
     def ours(self) -> list[Obj]:
-        """Objects from this repository (upstream ones are pinned, not checked by policy)."""
+        """Objects from this repository (upstream ones are pinned, not ours to fix)."""
         return [o for o in self.objs if not o.upstream]
 
     def kinds(self, *kinds: str, ours: bool = True) -> list[Obj]:
@@ -114,11 +93,10 @@ CHECKS: dict[str, Callable[[Context], Iterable[Hit]]] = {}
 
 
 def check(name: str):
-    """Register a check under ``name`` (the name printed in every finding it yields)."""
+    """Register a check under ``name``, the name of every finding it yields."""
 
     def register(fn: Callable[[Context], Iterable[Hit]]):
-        if name in CHECKS:
-            raise ValueError(f"check {name!r} registered twice")
+        assert name not in CHECKS, f"check {name!r} registered twice"
         CHECKS[name] = fn
         return fn
 
@@ -126,34 +104,30 @@ def check(name: str):
 
 
 def exemptions(o: Obj) -> set[str]:
-    """Checks an object is exempt from (annotation EXEMPT, with a reason: see ``exemption``)."""
-    ann = o.meta.get("annotations") or {}
-    return {c.strip() for c in str(ann.get(EXEMPT, "")).split(",") if c.strip()}
+    """Checks an object is exempt from (annotation EXEMPT; the reason: EXEMPT + "-reason")."""
+    names = str((o.meta.get("annotations") or {}).get(EXEMPT, "")).split(",")
+    return {c.strip() for c in names if c.strip()}
 
 
 @check("exemption")
 def exemption_needs_reason(ctx: Context) -> Iterator[Hit]:
-    """An exemption annotation needs a written reason."""
+    """An exemption needs a written reason."""
     for o in ctx.ours:
-        if exemptions(o) and not str((o.meta.get("annotations") or {}).get(EXEMPT_REASON, "")):
-            yield o, "", f"exemption {sorted(exemptions(o))} without a reason ({EXEMPT_REASON})"
+        if exemptions(o) and not (o.meta.get("annotations") or {}).get(EXEMPT + "-reason"):
+            yield o, "", f"exemption {sorted(exemptions(o))} without a reason ({EXEMPT}-reason)"
 
 
-def run_checks(ctx: Context, names: Iterable[str] | None = None) -> list[Finding]:
-    """Every registered check (or those named) over one context, exemptions applied."""
-    out = []
-    for name in names or CHECKS:
-        for o, fld, msg in CHECKS[name](ctx):
-            if name not in exemptions(o):
-                out.append(finding(name, msg, o, fld))
-    return out
+def run_checks(ctx: Context) -> list[Finding]:
+    """Every registered check over one context, exemptions applied."""
+    hits = ((name, o, fld, msg) for name, fn in CHECKS.items() for o, fld, msg in fn(ctx))
+    return [finding(n, msg, o, fld) for n, o, fld, msg in hits if n not in exemptions(o)]
 
 
-def named(items, prefix: str) -> Iterator[tuple[int, dict, str]]:
-    """(index, item, path) of a list whose items have names: ``prefix[name]``."""
+def named(items, prefix: str) -> Iterator[tuple[dict, str]]:
+    """(item, ``prefix[name]``) of a list whose items have names (else their index)."""
     for i, item in enumerate(items or []):
         if isinstance(item, dict):
-            yield i, item, f"{prefix}[{item.get('name', i)}]"
+            yield item, f"{prefix}[{item.get('name', i)}]"
 
 
 def dig(node, *keys, default=None):
@@ -163,20 +137,3 @@ def dig(node, *keys, default=None):
         if node is None:
             return default
     return node
-
-
-def load_all(text: str) -> list:
-    """Every non-empty document of a YAML stream (safe loader, libyaml when available)."""
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    return [d for d in yaml.load_all(text, Loader=loader) if d]  # noqa: S506 - safe loader
-
-
-def dedupe(findings: Iterable[Finding]) -> list[Finding]:
-    """Drop repeats (one base object rendered by several overlays), keep order."""
-    seen, out = set(), []
-    for f in findings:
-        key = (f.check, f.file, f.obj, f.field, f.message)
-        if key not in seen:
-            seen.add(key)
-            out.append(f)
-    return out

@@ -57,15 +57,12 @@ def sync_waves(ctx: Context) -> Iterator[Hit]:
             continue
         for o in consumers:
             if o.namespace == pvc.namespace and pvc.name in claims_of(o) and wave(o) > wave(pvc):
-                yield (
-                    pvc,
-                    f"metadata.annotations[{WAVE}]",
-                    (
-                        f"wave {wave(pvc)} < wave {wave(o)} of its consumer {o.ref}: the storage"
-                        " class binds on first consumer, the PVC stays Pending and Argo CD"
-                        " never reaches that wave"
-                    ),
+                msg = (
+                    f"wave {wave(pvc)} < wave {wave(o)} of its consumer {o.ref}: the storage"
+                    " class binds on first consumer, the PVC stays Pending and Argo CD"
+                    " never reaches that wave"
                 )
+                yield pvc, f"metadata.annotations[{WAVE}]", msg
 
 
 @check("argocd-drift")
@@ -84,11 +81,8 @@ def memoize_cache_drift(ctx: Context) -> Iterator[Hit]:
         caches = {name for _, name in memo_caches(Context(synced, ctx.rendered))}
         for cm in (o for o in synced if o.kind == "ConfigMap" and o.name in caches):
             if ("ConfigMap", cm.name) not in ignored:
-                yield (
-                    app,
-                    "spec.ignoreDifferences",
-                    (
-                        f"ConfigMap {cm.namespace}/{cm.name} is a memoize cache the Argo"
-                        " controller rewrites: ignore its differences (or leave it out of git)"
-                    ),
+                msg = (
+                    f"ConfigMap {cm.namespace}/{cm.name} is a memoize cache the Argo"
+                    " controller rewrites: ignore its differences (or leave it out of git)"
                 )
+                yield app, "spec.ignoreDifferences", msg

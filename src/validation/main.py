@@ -1,7 +1,7 @@
-"""``python -m validation [kustomization ...]``: render, validate schemas, run the checks, report.
+"""``python -m validation [kustomization ...]``: render, validate schemas, run the checks.
 
-Exit status 0 when no check fails, 1 otherwise; a configuration error (no repository root,
-a missing mirror file, no kubectl) is one line on stderr and exit 1.
+Exit status 0 when nothing fails, 1 otherwise; a configuration error (no repository root, a
+missing mirror file, no kubectl) is one line on stderr and exit status 1.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from validation import cli_paths, gitops, pods, rbac, schemas, serving, training, workflow  # noqa: F401 - register
+from validation import cli_paths, gitops, pods, rbac, schemas, serving, training, workflow  # noqa: F401
 from validation.argo import WORKFLOW_KINDS, embedded
-from validation.core import Context, Finding, Obj, dedupe, finding, run_checks
+from validation.core import Context, Finding, Obj, finding, run_checks
 from validation.render import (
     discover_kustomizations,
     find_repo_root,
@@ -28,66 +28,54 @@ from validation.render import (
 
 def expand(objs: list[Obj]) -> tuple[list[Obj], list[Finding]]:
     """Objects plus the manifests embedded in our Workflows' resource templates, and the
-    ``workflow`` findings of manifests that do not parse."""
+    ``workflow`` findings of embedded manifests that do not parse."""
     out, problems = list(objs), []
-    for o in objs:
-        if o.kind in WORKFLOW_KINDS and not o.upstream:
-            emb, errs = embedded(o)
-            out += emb
-            problems += [finding("workflow", msg, o, fld) for fld, msg in errs]
+    for o in (o for o in objs if o.kind in WORKFLOW_KINDS and not o.upstream):
+        emb, errs = embedded(o)
+        out += emb
+        problems += [finding("workflow", msg, o, fld) for fld, msg in errs]
     return out, problems
 
 
-def run(
-    root: Path, kustomizations: list[str] | None = None, mirror_dir: Path | None = None
-) -> tuple[list[Finding], dict[str, list[Obj]]]:
+def run(root: Path, kusts: list[str] | None = None, mirror_dir: Path | None = None):
     """Render (every kustomization, or those named), validate and check.
 
-    Returns (findings, rendered objects by kustomization, embedded manifests not included).
-    Raises FileNotFoundError for a missing mirror file or kubectl."""
+    Returns (findings, rendered objects by kustomization); FileNotFoundError for a missing
+    mirror file or kubectl, ValueError for a bad versions.env."""
     versions = parse_versions_env(root / "versions.env")
     remotes = remote_refs(versions)
-    kusts = kustomizations or discover_kustomizations(root)
     with tempfile.TemporaryDirectory(prefix="validation-") as tmp:
         findings = prepare_tree(root, Path(tmp) / "tree", remotes, mirror_dir)
+        kusts = kusts or discover_kustomizations(root)
         rendered, errors = render_all(Path(tmp) / "tree", kusts, remotes)
         findings += [finding("render", err, kustomization=k) for k, err in errors.items()]
         expanded = {k: expand(objs) for k, objs in rendered.items()}
         every = [o for objs, _ in expanded.values() for o in objs]
-        findings += schemas.validate(
-            every, root, versions["KUBERNETES_VERSION"], Path(tmp) / "kubeconform"
-        )
+        findings += schemas.validate(every, root, versions["KUBERNETES_VERSION"], Path(tmp) / "kc")
     for objs, problems in expanded.values():
         findings += problems + run_checks(Context(objs, rendered))
-    return dedupe(
-        sorted(findings, key=lambda f: (f.check, f.file, f.obj, f.field, f.message))
-    ), rendered
+    key = lambda f: (f.check, f.file, f.obj, f.field, f.message)  # noqa: E731
+    return sorted(dict.fromkeys(findings), key=key), rendered  # one base, several overlays
 
 
 def main(argv: list[str] | None = None) -> int:
-    """CLI entry point: report, exit 1 when any check fails (or on a configuration error)."""
+    """CLI entry point: the report; exit status 1 when a check fails or on a config error."""
     p = argparse.ArgumentParser(prog="python -m validation", description=__doc__)
     p.add_argument("kustomizations", nargs="*", help="only these (repo-relative dirs)")
     p.add_argument("--root", type=Path, help="repository root (default: found from the cwd)")
     args = p.parse_args(argv)
-    t0 = time.perf_counter()
-    mirror = os.environ.get("UPSTREAM_MIRROR_DIR")
+    t0, mirror = time.perf_counter(), os.environ.get("UPSTREAM_MIRROR_DIR")
     try:
         root = args.root.resolve() if args.root else find_repo_root()
-        findings, rendered = run(
-            root, args.kustomizations or None, Path(mirror).resolve() if mirror else None
-        )
+        findings, rendered = run(root, args.kustomizations, Path(mirror) if mirror else None)
     except (FileNotFoundError, ValueError, KeyError) as e:
         print(f"validation: {e}", file=sys.stderr)
         return 1
+    schemas_from = os.environ.get("KUBE_SCHEMA_DIR") or "CRDs-catalog online"
     n = sum(len(v) for v in rendered.values())
-    print(
-        f"rendered {len(rendered)} kustomizations, {n} objects (upstream: "
-        f"{mirror or 'fetched online'}; CR schemas: "
-        f"{os.environ.get('KUBE_SCHEMA_DIR') or 'CRDs-catalog online'})"
-    )
-    for f in findings:
-        print(f"  FAIL {f.format()}")
+    print(f"rendered {len(rendered)} kustomizations, {n} objects", end=" ")
+    print(f"(upstream: {mirror or 'online'}; CR schemas: {schemas_from})")
+    print("".join(f"  FAIL {f.format()}\n" for f in findings), end="")
     print(f"{len(findings)} failure(s)" if findings else "all checks passed")
     print(f"total time {time.perf_counter() - t0:.2f}s")
     return 1 if findings else 0

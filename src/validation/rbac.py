@@ -51,23 +51,15 @@ def role_refs(ctx: Context) -> Iterator[Hit]:
         ref = o.doc.get("roleRef") or {}
         if ref.get("apiGroup") != RBAC_GROUP:
             yield o, "roleRef.apiGroup", f"must be {RBAC_GROUP}"
-        if ref.get("kind") == "Role" and o.kind == "RoleBinding":
-            if (o.namespace, ref.get("name")) not in roles:
-                have = sorted(n for ns, n in roles if ns == o.namespace)
-                yield (
-                    o,
-                    "roleRef.name",
-                    f"no Role {o.namespace}/{ref.get('name')} (Roles there: {have or 'none'})",
-                )
-        elif ref.get("kind") == "ClusterRole":
-            if ref.get("name") not in cluster_roles:
-                yield (
-                    o,
-                    "roleRef.name",
-                    f"no ClusterRole {ref.get('name')} rendered (nor a built-in one)",
-                )
+        kind, name = ref.get("kind"), ref.get("name")
+        if kind == "Role" and o.kind == "RoleBinding":
+            if (o.namespace, name) not in roles:
+                yield o, "roleRef.name", f"no Role {o.namespace}/{name} (have: {sorted(roles)})"
+        elif kind == "ClusterRole":
+            if name not in cluster_roles:
+                yield o, "roleRef.name", f"no ClusterRole {name} rendered (nor a built-in one)"
         else:
-            yield o, "roleRef.kind", f"{ref.get('kind')!r} invalid in a {o.kind}"
+            yield o, "roleRef.kind", f"{kind!r} invalid in a {o.kind}"
 
 
 @check("namespaces")
@@ -101,21 +93,12 @@ def bound_roles(objs: list[Obj], sa: tuple[str, str], namespace: str) -> list[Ob
     """Roles/ClusterRoles bound to service account ``sa`` with effect in ``namespace``."""
     roles = {(o.kind, o.namespace, o.name): o for o in objs if o.kind in ("Role", "ClusterRole")}
     out = []
-    for b in objs:
-        if b.kind not in ("RoleBinding", "ClusterRoleBinding") or (
-            b.kind == "RoleBinding" and b.namespace != namespace
-        ):
-            continue
-        subjects = {
-            (s.get("namespace") or b.namespace, s.get("name"))
-            for s in b.doc.get("subjects") or []
-            if s.get("kind") == "ServiceAccount"
-        }
-        ref = b.doc.get("roleRef") or {}
-        role = roles.get(
-            (ref.get("kind"), b.namespace if ref.get("kind") == "Role" else "", ref.get("name"))
-        )
-        if sa in subjects and role is not None:
+    for b in (b for b in objs if b.kind in ("RoleBinding", "ClusterRoleBinding")):
+        ref, subjects = b.doc.get("roleRef") or {}, b.doc.get("subjects") or []
+        ns = b.namespace if ref.get("kind") == "Role" else ""
+        role = roles.get((ref.get("kind"), ns, ref.get("name")))
+        bound = {(s.get("namespace") or b.namespace, s.get("name")) for s in subjects}
+        if sa in bound and role is not None and b.namespace in ("", namespace):
             out.append(role)
     return out
 
@@ -169,18 +152,13 @@ def pipeline_grants(ctx: Context) -> Iterator[Hit]:
         roles = bound_roles(ctx.ours, sa, wf.namespace)
         for group, resource, verb, why in needed(wf):
             if not grants(roles, group, resource, verb):
-                msg = (
-                    f"missing verb {verb!r} on {resource}.{group or 'core'} for {sa[0]}/{sa[1]},"
-                    f" needed by {why} of {wf.ref}"
+                msg = f"missing verb {verb!r} on {resource}.{group or 'core'} for {'/'.join(sa)}"
+                msg += f", needed by {why} of {wf.ref} (bound: {[r.ref for r in roles]})"
+                yield (
+                    (roles[0], "rules", msg)
+                    if len(roles) == 1
+                    else (wf, "spec.serviceAccountName", msg)
                 )
-                if len(roles) == 1:
-                    yield roles[0], "rules", msg
-                else:
-                    yield (
-                        wf,
-                        "spec.serviceAccountName",
-                        f"{msg} (bound: {[r.ref for r in roles] or 'none'})",
-                    )
 
 
 @check("controller-grants")
@@ -197,12 +175,6 @@ def controller_grants(ctx: Context) -> Iterator[Hit]:
         roles = bound_roles(everything, sa, ns)
         for verb in MEMO_VERBS:
             if not grants(roles, "", "configmaps", verb, "" if verb == "create" else cm):
-                yield (
-                    wf,
-                    "spec.templates",
-                    (
-                        f"memoize cache ConfigMap {ns}/{cm}: the controller's ServiceAccount "
-                        f"{sa[0]}/{sa[1]} may not {verb} configmaps in {ns}"
-                        f" (bound: {[r.ref for r in roles]})"
-                    ),
-                )
+                msg = f"memoize cache {ns}/{cm}: the controller's ServiceAccount {'/'.join(sa)}"
+                msg = f"{msg} may not {verb} configmaps in {ns} (bound: {[r.ref for r in roles]})"
+                yield wf, "spec.templates", msg

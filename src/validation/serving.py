@@ -43,20 +43,14 @@ def inference_service(ctx: Context) -> Iterator[Hit]:
                 None,
                 "v1",
             ):
-                yield (
-                    o,
-                    f"spec.{comp}.model.protocolVersion",
-                    f"{proto!r}: the tensorflow format (TF Serving) speaks v1 only",
-                )
+                msg = f"{proto!r}: the tensorflow format (TF Serving) speaks v1 only"
+                yield o, f"spec.{comp}.model.protocolVersion", msg
             if model.get("runtime") and runtimes and model["runtime"] not in runtimes:
-                yield (
-                    o,
-                    f"spec.{comp}.model.runtime",
-                    (
-                        f"no ServingRuntime/ClusterServingRuntime {model['runtime']!r} rendered"
-                        f" (have: {sorted(runtimes)})"
-                    ),
+                msg = (
+                    f"no ServingRuntime/ClusterServingRuntime {model['runtime']!r} rendered"
+                    f" (have: {sorted(runtimes)})"
                 )
+                yield o, f"spec.{comp}.model.runtime", msg
 
 
 @check("logger-url")
@@ -86,8 +80,5 @@ def serve_step(ctx: Context) -> Iterator[Hit]:
                 a = dig(e.doc, "spec", "predictor", "model", key)
                 b = dig(ref.doc, "spec", "predictor", "model", key)
                 if a is not None and a != b:
-                    yield (
-                        e,
-                        f"spec.predictor.model.{key}",
-                        f"{a!r} != {b!r} of {ref.ref} ({ref.source})",
-                    )
+                    msg = f"{a!r} != {b!r} of {ref.ref} ({ref.source})"
+                    yield e, f"spec.predictor.model.{key}", msg

@@ -66,12 +66,9 @@ def tfjob_restart_policy(ctx: Context) -> Iterator[Hit]:
         for rtype, rspec in ((job.doc.get("spec") or {}).get("tfReplicaSpecs") or {}).items():
             policy = (rspec or {}).get("restartPolicy")
             if policy not in COUNTED_RESTART_POLICIES:
-                yield (
-                    job,
-                    f"spec.tfReplicaSpecs.{rtype}.restartPolicy",
-                    (
-                        f"{policy!r}: in-place restarts are never counted as failures; use one of "
-                        f"{list(COUNTED_RESTART_POLICIES)}"
-                        " (ExitCode retries only retryable exit codes)"
-                    ),
+                msg = (
+                    f"{policy!r}: in-place restarts are never counted as failures; use one of "
+                    f"{list(COUNTED_RESTART_POLICIES)}"
+                    " (ExitCode retries only retryable exit codes)"
                 )
+                yield job, f"spec.tfReplicaSpecs.{rtype}.restartPolicy", msg

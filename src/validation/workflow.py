@@ -25,7 +25,7 @@ from validation.argo import (
     workflow_params,
     workflow_spec,
 )
-from validation.core import Context, Hit, check, named
+from validation.core import Context, Hit, check, dig, named
 from validation.pods import restricted
 
 # Argo resource conditions: Kubernetes label-selector requirements, comma separated.
@@ -34,6 +34,7 @@ CONDITION_RE = re.compile(
     r"(?:(?:==|=|!=|>|<)\s*[A-Za-z0-9_.\-]+|\s+(?:in|notin)\s*\([A-Za-z0-9_.\-, ]*\))?\s*$"
 )
 # argo-workflows: cache keys must be valid ConfigMap keys without dots/underscores (#14626)
+CONDITIONS = ("successCondition", "failureCondition")
 MEMOIZE_KEY = re.compile(r"^[a-zA-Z0-9][-a-zA-Z0-9]*$")
 CACHE_LABEL = ("workflows.argoproj.io/configmap-type", "Cache")
 CONTROLLER_CONFIG = "workflow-controller-configmap"
@@ -58,10 +59,9 @@ def structure(ctx: Context) -> Iterator[Hit]:
             yield o, "spec.onExit", f"no template {spec['onExit']!r}"
         for call in first_calls(o):
             t, base = call.template, call.path
-            inputs = {p.get("name") for p in (t.get("inputs") or {}).get("parameters") or []}
-            for ref in PLACEHOLDER.findall(
-                repr({k: v for k, v in t.items() if k not in ("dag", "steps")})
-            ):
+            inputs = {p.get("name") for p in dig(t, "inputs", "parameters", default=[])}
+            own = repr({k: v for k, v in t.items() if k not in ("dag", "steps")})
+            for ref in PLACEHOLDER.findall(own):
                 scope, _, name = ref.partition(".parameters.")
                 if scope == "inputs" and name not in inputs:
                     yield o, base, f"{{{{{ref}}}}} not declared in inputs"
@@ -69,7 +69,7 @@ def structure(ctx: Context) -> Iterator[Hit]:
                     yield o, base, f"{{{{{ref}}}}} not in spec.arguments"
             task_names = {x.get("name") for x in tasks(t)}
             kind = "dag.tasks" if t.get("dag") else "steps"
-            for _, task, path in named(tasks(t), f"{base}.{kind}"):
+            for task, path in named(tasks(t), f"{base}.{kind}"):
                 target = by_name.get(task.get("template"))
                 if task.get("template") and target is None:
                     yield o, f"{path}.template", f"no template {task.get('template')!r}"
@@ -77,56 +77,38 @@ def structure(ctx: Context) -> Iterator[Hit]:
                 for dep in task.get("dependencies") or []:
                     if dep not in task_names:
                         yield o, f"{path}.dependencies", f"no task {dep!r}"
-                given = {
-                    p.get("name") for p in (task.get("arguments") or {}).get("parameters") or []
-                }
-                for p in ((target or {}).get("inputs") or {}).get("parameters") or []:
+                given = {p.get("name") for p in dig(task, "arguments", "parameters", default=[])}
+                for p in dig(target, "inputs", "parameters", default=[]):
                     if p.get("name") not in given and "value" not in p and "default" not in p:
                         yield o, f"{path}.arguments", f"input {p.get('name')!r} not passed"
             if t.get("memoize") is not None and not (t.get("container") or t.get("script")):
-                yield (
-                    o,
-                    f"{base}.memoize",
-                    "memoize belongs on a container/script template (where Argo caches)",
-                )
-            res = t.get("resource") or {}
-            for key in ("successCondition", "failureCondition"):
-                for req in (
-                    substitute(str(res.get(key, "")), call.values).split(",") if key in res else []
-                ):
+                yield o, f"{base}.memoize", "memoize belongs on a container/script template"
+            for key, cond in ((k, dig(t, "resource", k)) for k in CONDITIONS):
+                for req in substitute(str(cond), call.values).split(",") if cond else []:
                     if not CONDITION_RE.match(req):
-                        yield (
-                            o,
-                            f"{base}.resource.{key}",
-                            (
-                                f"{req.strip()!r} is not an Argo condition (label-selector syntax, "
-                                "e.g. status.phase = Running)"
-                            ),
-                        )
+                        msg = f"{req.strip()!r} is not an Argo condition"
+                        yield o, f"{base}.resource.{key}", msg
 
 
 def depends_on(task: dict) -> list[str]:
     """Task names a DAG task waits for (``dependencies`` and the names in ``depends``)."""
-    return [str(d) for d in task.get("dependencies") or []] + DEPENDS_NAME.findall(
-        str(task.get("depends") or "")
-    )
+    depends = DEPENDS_NAME.findall(str(task.get("depends") or ""))
+    return [str(d) for d in task.get("dependencies") or []] + depends
 
 
 @check("workflow-dag")
 def dag_cycles(ctx: Context) -> Iterator[Hit]:
     """No dependency cycle (self-dependency included) among a DAG's tasks (graphlib)."""
     for o in workflows(ctx):
-        for _, t, path in named(workflow_spec(o).get("templates"), "spec.templates"):
-            graph = {x.get("name"): depends_on(x) for x in (t.get("dag") or {}).get("tasks") or []}
+        for t, path in named(workflow_spec(o).get("templates"), "spec.templates"):
+            graph = {x.get("name"): depends_on(x) for x in dig(t, "dag", "tasks", default=[])}
             try:
                 TopologicalSorter(graph).prepare()
             except CycleError as e:
                 cycle = e.args[1]
-                what = (
-                    f"task {cycle[0]!r} depends on itself"
-                    if len(cycle) == 2
-                    else "dependency cycle " + " -> ".join(cycle)
-                )
+                what = "dependency cycle " + " -> ".join(cycle)
+                if len(cycle) == 2:
+                    what = f"task {cycle[0]!r} depends on itself"
                 yield o, f"{path}.dag.tasks[{cycle[0]}]", f"{what} (tasks never start)"
 
 
@@ -140,11 +122,8 @@ def min_accuracy(ctx: Context) -> Iterator[Hit]:
         except ValueError:
             ok = False
         if not ok:
-            yield (
-                o,
-                "spec.arguments.parameters[min-accuracy].value",
-                f"min-accuracy {value!r} is not a float in [0, 1]",
-            )
+            field = "spec.arguments.parameters[min-accuracy].value"
+            yield o, field, f"min-accuracy {value!r} is not a float in [0, 1]"
 
 
 @check("memoize-key")
@@ -155,23 +134,15 @@ def memoize_key(ctx: Context) -> Iterator[Hit]:
             if (memo := call.template.get("memoize")) is not None:
                 key = substitute(str(memo.get("key", "")), call.values)
                 if not MEMOIZE_KEY.match(key):
-                    yield (
-                        o,
-                        f"{call.path}.memoize.key",
-                        (
-                            f"renders to {key!r}; Argo accepts only {MEMOIZE_KEY.pattern}"
-                            " and fails the node"
-                        ),
-                    )
+                    msg = f"renders to {key!r}; Argo accepts only {MEMOIZE_KEY.pattern}"
+                    yield o, f"{call.path}.memoize.key", msg
 
 
 def memo_caches(ctx: Context) -> Iterator[tuple[str, str]]:
     """(namespace, ConfigMap name) of every memoize cache our Workflows use."""
     for o in workflows(ctx):
         for t in workflow_spec(o).get("templates") or []:
-            if name := (((t.get("memoize") or {}).get("cache") or {}).get("configMap") or {}).get(
-                "name"
-            ):
+            if name := dig(t, "memoize", "cache", "configMap", "name"):
                 yield o.namespace, name
 
 
@@ -182,11 +153,7 @@ def memoize_cache_label(ctx: Context) -> Iterator[Hit]:
     for cm in ctx.kinds("ConfigMap"):
         labels = cm.meta.get("labels") or {}
         if (cm.namespace, cm.name) in caches and labels.get(CACHE_LABEL[0]) != CACHE_LABEL[1]:
-            yield (
-                cm,
-                "metadata.labels",
-                f"memoize cache needs label {CACHE_LABEL[0]}={CACHE_LABEL[1]}",
-            )
+            yield cm, "metadata.labels", "memoize cache needs label {}={}".format(*CACHE_LABEL)
 
 
 @check("executor-security-context")
@@ -197,7 +164,7 @@ def executor_security_context(ctx: Context) -> Iterator[Hit]:
         if cm.name != CONTROLLER_CONFIG:
             continue
         try:
-            executor = yaml.safe_load((cm.doc.get("data") or {}).get("executor") or "{}") or {}
+            executor = yaml.safe_load(dig(cm.doc, "data", "executor", default="{}")) or {}
         except yaml.YAMLError as e:
             yield cm, "data.executor", f"not YAML: {e}"
             continue

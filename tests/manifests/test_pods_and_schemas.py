@@ -66,7 +66,7 @@ def test_limit_lower_than_request_in_embedded_tfjob(broken):
     hits = only(broken.check(), "resource-limits")
     assert {f.obj for f in hits} == TFJOBS
     assert {f.field for f in hits} == {f"{TENSORFLOW}.resources.limits.memory"}
-    assert all("1536Mi is lower than the request 2Gi" in f.message for f in hits)
+    assert all("1536Mi is lower than request 2Gi" in f.message for f in hits)
 
 
 def test_cpu_limit_lower_than_request(broken):
