@@ -68,13 +68,15 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def download_urls() -> list[str]:
-    """The URLs tfds downloads ``fashion_mnist`` from, read from tfds' own registered checksums
-    (``tensorflow_datasets/url_checksums/fashion_mnist.txt``) without importing TensorFlow."""
+def download_urls() -> dict[str, int]:
+    """The URLs tfds downloads ``fashion_mnist`` from, with their sizes in bytes, read from
+    tfds' own registered checksums (``tensorflow_datasets/url_checksums/fashion_mnist.txt``)
+    without importing TensorFlow."""
     spec = importlib.util.find_spec("tensorflow_datasets")
     (root,) = spec.submodule_search_locations
     table = Path(root) / "url_checksums" / f"{DATASET_NAME}.txt"
-    return [line.split("\t")[0] for line in table.read_text().splitlines() if line.strip()]
+    rows = [line.split("\t") for line in table.read_text().splitlines() if line.strip()]
+    return {row[0]: int(row[1]) for row in rows}
 
 
 def check_reachable(url: str, timeout: float) -> None:
@@ -145,7 +147,8 @@ def main(args: argparse.Namespace) -> int:
             f"{DATASET_NAME} is not prepared at {where} and --no-download is set: "
             + WHERE_TO_GET_IT
         )
-    check_reachable(download_urls()[0], args.timeout)
+    urls = download_urls()
+    check_reachable(min(urls, key=urls.get), args.timeout)  # the smallest file
     import requests
     import tensorflow_datasets as tfds
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import io
 import struct
 import zlib
 
@@ -157,6 +158,17 @@ def test_decompression_bomb_cites_max_image_pixels_not_pillows_limit():
         msg = str(err.value)
         assert f"{size * size} pixels exceeds {1 << 20} (--max_image_pixels)" in msg, msg
         assert "DOS attack" not in msg and "89478485" not in msg
+
+
+def test_ycck_jpeg_is_named_as_such():
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.new("CMYK", (28, 28), (10, 20, 30, 40)).save(buf, format="JPEG")
+    data = bytearray(buf.getvalue())
+    data[data.find(b"Adobe") + 11] = 2  # APP14 transform 2 = YCCK (Pillow writes CMYK = 0)
+    req = parse_request({"instances": [{"b64": b64(bytes(data))}]}, Limits())
+    assert req.kinds == ["YCCK JPEG 28x28"]
 
 
 def test_errors_name_the_image_kind():

@@ -205,3 +205,4 @@ def test_missing_dataset_with_no_download_fails_clearly(tmp_path):
 def test_download_urls_come_from_tfds_checksums():
     urls = ingest.download_urls()
     assert len(urls) == 4 and all(u.startswith("http") and u.endswith(".gz") for u in urls)
+    assert min(urls, key=urls.get).endswith("t10k-labels-idx1-ubyte.gz")  # what the probe gets

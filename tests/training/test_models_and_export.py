@@ -102,6 +102,15 @@ def _save(img, fmt, **kw) -> bytes:
     return buf.getvalue()
 
 
+def _ycck(cmyk_jpeg: bytes) -> bytes:
+    """The same JPEG flagged YCCK (Adobe APP14 transform 2; Pillow writes only CMYK = 0)."""
+    data = bytearray(cmyk_jpeg)
+    at = data.find(b"Adobe") + 11  # "Adobe", version, flags0, flags1, then the transform byte
+    assert data[at] == 0
+    data[at] = 2
+    return bytes(data)
+
+
 def test_signature_decoder_reads_every_jpeg_and_png_kind(test_slice):
     """What TF Serving runs: CMYK/progressive JPEG, 16-bit/palette/grey+alpha PNG decode to
     the grey pixels Pillow (or a browser) shows, within JPEG/palette rounding."""
@@ -121,10 +130,11 @@ def test_signature_decoder_reads_every_jpeg_and_png_kind(test_slice):
         "png-grey-alpha": (_save(g.convert("LA"), "PNG"), grey, 0),
         "png-palette": (_save(rgb.convert("P"), "PNG"), None, 0),
         "png-1bit": (_save(g.convert("1"), "PNG"), np.asarray(g.convert("1"), np.float32) * 255, 0),
+        "ycck-jpeg": (_ycck(_save(rgb.convert("CMYK"), "JPEG", quality=100)), None, 0),
     }
     decoded = decode_images(tf.constant([b for b, _, _ in cases.values()])).numpy()[..., 0]
     for (name, (data, want, tol)), got in zip(cases.items(), decoded, strict=True):
-        if want is None:  # palette: Pillow's own palette -> L conversion
+        if want is None:  # palette, YCCK: what Pillow shows for these very bytes
             want = np.asarray(Image.open(io.BytesIO(data)).convert("RGB").convert("L"), np.float32)
             tol = 1
         assert np.abs(got - np.asarray(want, np.float32)).max() <= tol, name
