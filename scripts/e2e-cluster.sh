@@ -127,13 +127,24 @@ down() {
 run() {
   [[ "${1:-}" == "--" ]] && shift
   (($#)) || die "usage: $0 run -- CMD [ARG...]"
-  local rc=0
-  trap 'down; exit 130' INT
-  trap 'down; exit 143' TERM
-  trap 'down' EXIT
+  local rc=0 child=""
+  # On INT/TERM: stop CMD (it runs in the background so that `wait` returns at once on a
+  # signal; a background command ignores the terminal's SIGINT, so it gets TERM), tear down.
+  stop() {
+    trap - INT TERM EXIT
+    if [[ -n "$child" ]]; then kill -TERM "$child" 2>/dev/null || true; wait "$child" 2>/dev/null || true; fi
+    down
+    exit "$1"
+  }
+  trap 'stop 130' INT
+  trap 'stop 143' TERM
+  trap 'stop 1' EXIT
   up
   # shellcheck disable=SC1091
-  (source "$E2E_DIR/env" && "$@") || rc=$?
+  (source "$E2E_DIR/env" && exec "$@") &
+  child=$!
+  wait "$child" || rc=$?
+  child=""
   trap - INT TERM EXIT
   down
   if ((rc == 0)); then rm -rf "$E2E_DIR"; else log "failed (exit $rc); cluster logs kept in $E2E_DIR"; fi
