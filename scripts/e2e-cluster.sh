@@ -105,9 +105,13 @@ down() {
   # Only ever the run named explicitly: several runs (other clones, other users) may coexist.
   E2E_DIR="${1:-${E2E_DIR:-}}"
   [[ -n "$E2E_DIR" ]] || die "usage: $0 down E2E_DIR (the directory \`up\` printed)"
-  [[ -f "$E2E_DIR/kwokctl.yaml" ]] || { log "no e2e cluster in $E2E_DIR"; return 0; }
   bins
-  kwokctl delete cluster > "$E2E_DIR/delete.log" 2>&1 || log "kwokctl delete cluster failed (see $E2E_DIR/delete.log)"
+  if [[ -f "$E2E_DIR/kwokctl.yaml" ]]; then
+    kwokctl delete cluster > "$E2E_DIR/delete.log" 2>&1 \
+      || log "kwokctl delete cluster failed (see $E2E_DIR/delete.log)"
+  elif [[ -z "$(run_pids)" ]]; then
+    log "no e2e cluster in $E2E_DIR"; return 0
+  fi
   local pids i
   for ((i = 0; i < 20; i++)); do
     pids="$(run_pids)"
