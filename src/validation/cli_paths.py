@@ -1,11 +1,5 @@
-"""CLI/paths topic: the ``python -m training.*`` commands in the manifests, parsed by the real
-parsers, and the files they share through the PVC.
-
-Checks: ``cli-flags`` (each command's arguments parse with its module's ``build_parser()``),
-``paths`` (training writes where selection reads, selection publishes where the
-InferenceService's ``storageUri`` points, every path is on a mounted PVC that exists, one
-``--data-dir``), ``model-types`` (the trained model types are ``fmnist_common.MODEL_TYPES``).
-"""
+"""CLI/paths topic: the ``python -m training.*`` commands of the manifests, parsed by their
+real parsers, and the files they share through the PVC (checks: see docs/validation.md)."""
 
 from __future__ import annotations
 
@@ -103,8 +97,7 @@ def paths(ctx: Context) -> Iterator[Hit]:
             loc = c.on_claim(attr)
             if loc is None:
                 flag = "--" + attr.replace("_", "-")
-                msg = f"{flag} {getattr(c.args, attr)} is not on a mounted PVC"
-                f" (mounts: {c.mounts or 'none'})"
+                msg = f"{flag} {getattr(c.args, attr)} is not on a mounted PVC (mounts {c.mounts})"
                 yield c.obj, c.field, msg
             elif pvcs and (c.obj.namespace, loc[0]) not in pvcs:
                 yield c.obj, c.field, f"PVC {loc[0]} not in the manifests"

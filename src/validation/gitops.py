@@ -1,11 +1,4 @@
-"""GitOps topic: what Argo CD does with the rendered overlays.
-
-Checks: ``sync-waves`` (a PVC whose storage class binds on first consumer is not in an earlier
-sync wave than an object that consumes it: Argo CD waits for the earlier wave to be healthy,
-a Pending PVC is Progressing, the consumer's wave never comes - argo-cd #12840),
-``argocd-drift`` (an Application that syncs a memoize cache ConfigMap ignores its
-differences: the Argo controller rewrites it without kustomize's labels, an endless drift).
-"""
+"""GitOps topic: what Argo CD does with the rendered overlays (sync waves, drift)."""
 
 from __future__ import annotations
 

@@ -1,12 +1,6 @@
 """Pods topic: every container of our pod templates (TFJob replicas, Workflow templates,
-InferenceService predictors, Knative Services, workloads).
-
-Checks: ``resources`` (cpu/memory requests and limits), ``resource-limits`` (no limit below
-its request), ``security-context`` (restricted profile), ``image-tag`` (pinned, never
-``:latest``), ``probes`` (a readiness probe where a container runs a server). Upstream objects
-are exempt by source; the serve step's partial server-side apply is checked through the
-InferenceService in git it merges into.
-"""
+InferenceService predictors, Knative Services, workloads). Upstream objects are exempt by
+source; the serve step's partial server-side apply is checked through the object in git."""
 
 from __future__ import annotations
 

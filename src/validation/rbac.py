@@ -1,12 +1,4 @@
-"""RBAC topic: our Roles, bindings and what the pipeline and the Argo controller are granted.
-
-Checks: ``rbac-wildcard`` (no ``*`` in our rules), ``rbac-refs`` (a binding's roleRef names a
-rendered Role/ClusterRole or a built-in one), ``namespaces`` (subjects and the Workflow's
-service account exist in the right namespace), ``rbac-grants`` (the Workflow's service
-account may do what its resource steps and the executor do), ``controller-grants`` (the Argo
-workflow-controller's service account may create/update the memoize cache ConfigMaps: it
-writes them itself; checked when the controller is rendered with the pipeline).
-"""
+"""RBAC topic: our Roles and bindings, and what the pipeline and the Argo controller may do."""
 
 from __future__ import annotations
 

@@ -1,14 +1,8 @@
 """Render every kustomization with ``kubectl kustomize`` and map each object to its file.
 
-Offline (``UPSTREAM_MIRROR_DIR``), each pinned remote base is replaced by its mirror file, a
-copy without its CustomResourceDefinitions: they are 96 % of the upstream bytes (25 MB), no
-check reads them, and carrying them through kustomize costs ~11 s of CPU (docs/validation.md).
-Online, kustomize fetches the remote bases as they are.
-
-Versions topic, check ``remote-refs``: every remote base is one versions.env pins (the
-manifests take no other version literal: images and the repository URL come by kustomize
-replacements, from one place each).
-"""
+Offline (``UPSTREAM_MIRROR_DIR``), each pinned remote base becomes a copy of its mirror file
+without its CustomResourceDefinitions: 96 % of the upstream bytes, read by no check, ~18 s of
+CPU through kustomize and the parser (docs/validation.md). Versions topic: check ``remote-refs``."""
 
 from __future__ import annotations
 

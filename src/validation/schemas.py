@@ -1,16 +1,9 @@
 """Strict schema validation of our objects with the real ``kubeconform`` binary.
 
-kubeconform comes from ``scripts/tools.sh kubeconform`` (the version pinned in versions.env,
-built into a cache outside the clone); ``KUBECONFORM`` overrides its path. Schema locations:
-
-* online (``KUBE_SCHEMA_DIR`` unset): ``default`` (built-in kinds) and the CRDs-catalog URL;
-* offline (``KUBE_SCHEMA_DIR`` set): the same CRDs-catalog layout from that directory, and for
-  the built-in kinds the strict schemas that ``kubernetes-validate`` ships (kubeconform's
-  ``default`` is a download). Those refer to ``/api/_definitions.json`` under their
-  ``https://kubernetes.io`` ids, so each run writes a copy whose refs name the local file.
-
-Upstream objects are pinned, not ours to fix, and are not validated.
-"""
+Online: kubeconform's ``default`` location and the CRDs-catalog URL. Offline
+(``KUBE_SCHEMA_DIR``): that CRDs-catalog directory, and for the built-in kinds the strict
+schemas ``kubernetes-validate`` ships (``default`` is a download). Upstream objects are not
+validated (pinned, not ours to fix)."""
 
 from __future__ import annotations
 

@@ -1,10 +1,4 @@
-"""Serving topic: the InferenceService, its logger, and what the pipeline's serve step applies.
-
-Checks: ``inferenceservice`` (replica bounds, the tensorflow format speaks protocol v1, the
-named runtime is rendered by the platform), ``logger-url`` (the logger URL is
-``<service>.<namespace>.svc`` of a rendered Service in the same namespace),
-``serve-consistency`` (the serve step's partial InferenceService agrees with the one in git).
-"""
+"""Serving topic: the InferenceService, its logger, and what the serve step applies."""
 
 from __future__ import annotations
 

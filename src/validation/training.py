@@ -1,12 +1,6 @@
-"""Training-job topic: TFJobs, and the pipeline steps that wait for them.
-
-Checks: ``tfjob-conditions`` (a step creating a TFJob fails the way training-operator v1.9.4
-reports it: by ``status.conditions``; ``status.replicaStatuses`` counters miss in-place
-restarts, so a crash-looping job would be polled until the deadline; success may also be
-``succeeded = <replicas>`` of a declared replica type), ``tfjob-restart-policy``
-(a restart policy whose failures are counted: ``ExitCode`` or ``Never``; ``OnFailure`` and
-``Always`` restart in place and the step never sees the failure).
-"""
+"""Training-job topic: the TFJobs and the pipeline steps that wait for them (training-operator
+v1.9.4 reports a crash-looping job Failed in ``status.conditions`` while the
+``replicaStatuses`` counters miss in-place restarts)."""
 
 from __future__ import annotations
 

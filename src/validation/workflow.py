@@ -1,12 +1,4 @@
-"""Workflow topic: the Argo WorkflowTemplate and the Argo Workflows controller configuration.
-
-Checks: ``workflow`` (entrypoint/onExit/task templates exist, parameters declared and passed,
-memoize on a container/script template, resource conditions in Argo's label-selector syntax),
-``workflow-dag`` (no dependency cycles), ``workflow-params`` (min-accuracy in [0, 1]),
-``memoize-key`` (the rendered key is a valid Argo cache key), ``memoize-cache`` (the cache
-ConfigMap in git carries Argo's cache label), ``executor-security-context`` (the controller
-config gives the injected init/wait containers a restricted securityContext).
-"""
+"""Workflow topic: the Argo WorkflowTemplate and the Argo Workflows controller configuration."""
 
 from __future__ import annotations
 
