@@ -12,6 +12,7 @@
 #
 # Cache: ${FMNIST_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/fashion-mnist-gitops/tools}/
 #        <tool>-<version>-<first 10 hex of sha256(recipe file)>/bin/<binaries>
+# Each entry keeps build.log, build-seconds (wall) and build-time ("wall user sys" seconds).
 # A build runs in a temp dir beside it and is renamed into place atomically, under a flock,
 # so an interrupted or concurrent build never leaves a half-filled cache entry.
 #
@@ -47,6 +48,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 RECIPES="$ROOT/hack/tools"
 CACHE="${FMNIST_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/fashion-mnist-gitops/tools}"
+TIMEFORMAT='%R %U %S' # what `time` writes to build-time
 export GOTOOLCHAIN="${GOTOOLCHAIN:-local}" GOFLAGS="${GOFLAGS:--buildvcs=false}"
 
 die() { echo "tools.sh: $*" >&2; exit 1; }
@@ -137,7 +139,7 @@ build_recipe() {
   t0="$(date +%s)"
   local rc
   set +e
-  (
+  { time { (
     set -euo pipefail
     # shellcheck disable=SC1090
     source "$file"
@@ -180,16 +182,17 @@ build_recipe() {
       [[ -n "$b" ]] || b="$(default_binary_name "${TOOL_PACKAGES[$i]}")"
       [[ -x "bin/$b" ]] || die "$tool: expected binary bin/$b was not built"
     done
-  ) > "$tmp/build.log" 2>&1
+  ) > "$tmp/build.log" 2>&1; }; } 2> "$tmp/build-time"
   rc=$?
   set -e
   if ((rc != 0)); then tail -n 30 "$tmp/build.log" >&2; die "$tool $ver: build failed (exit $rc)"; fi
-  local secs=$(( $(date +%s) - t0 ))
+  local secs=$(( $(date +%s) - t0 )) user sys
   echo "$secs" > "$tmp/build-seconds"
+  read -r _ user sys < "$tmp/build-time" || true
   touch "$tmp/bin/.complete"
   rm -rf "$dir"
   mv -T "$tmp" "$dir"
-  log "$tool $ver: built in ${secs}s -> $dir/bin ($(cd "$dir/bin" && ls | tr '\n' ' '))"
+  log "$tool $ver: built in ${secs}s (CPU: ${user:-?}s user + ${sys:-?}s sys) -> $dir/bin ($(cd "$dir/bin" && ls | tr '\n' ' '))"
 }
 
 bin_dir() {
