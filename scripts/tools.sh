@@ -52,6 +52,8 @@ TIMEFORMAT='%R %U %S' # what `time` writes to build-time
 export GOTOOLCHAIN="${GOTOOLCHAIN:-local}" GOFLAGS="${GOFLAGS:--buildvcs=false}"
 
 die() { echo "tools.sh: $*" >&2; exit 1; }
+BUILD_TMP=""
+trap 'if [[ -n "$BUILD_TMP" ]]; then rm -rf "$BUILD_TMP"; fi' EXIT
 log() { echo "tools.sh: $*" >&2; }
 
 versions_get() { # KEY -> value from versions.env (the only place versions live)
@@ -132,8 +134,7 @@ build_recipe() {
   local tmp
   tmp="$(mktemp -d "$CACHE/.tmp-$tool-XXXXXX")"
   chmod 755 "$tmp"
-  # shellcheck disable=SC2064
-  trap "rm -rf '$tmp'" RETURN
+  BUILD_TMP="$tmp" # removed on exit (failure, Ctrl-C) unless renamed into place
   log "$tool $ver: building in $tmp (log: $dir/build.log once done)"
   local t0
   t0="$(date +%s)"
@@ -185,13 +186,18 @@ build_recipe() {
   ) > "$tmp/build.log" 2>&1; }; } 2> "$tmp/build-time"
   rc=$?
   set -e
-  if ((rc != 0)); then tail -n 30 "$tmp/build.log" >&2; die "$tool $ver: build failed (exit $rc)"; fi
+  if ((rc != 0)); then
+    tail -n 30 "$tmp/build.log" >&2
+    cp "$tmp/build.log" "$CACHE/$tool-$ver.failed.log"
+    die "$tool $ver: build failed (exit $rc; log: $CACHE/$tool-$ver.failed.log)"
+  fi
   local secs=$(( $(date +%s) - t0 )) user sys
   echo "$secs" > "$tmp/build-seconds"
   read -r _ user sys < "$tmp/build-time" || true
   touch "$tmp/bin/.complete"
   rm -rf "$dir"
   mv -T "$tmp" "$dir"
+  BUILD_TMP=""
   log "$tool $ver: built in ${secs}s (CPU: ${user:-?}s user + ${sys:-?}s sys) -> $dir/bin ($(cd "$dir/bin" && ls | tr '\n' ' '))"
 }
 
