@@ -438,6 +438,7 @@ class Controller:
 
 TO_CA = "training-operator-ca"  # cert-controller rotator's CAName in training-operator v1.9.4
 TO_SECRET = "training-operator-webhook-cert"  # --webhook-secret-name default
+TO_CERT_DIR = Path("/tmp/k8s-webhook-server/serving-certs")  # fixed in pkg/cert/cert.go
 TO_WEBHOOK = ("ValidatingWebhookConfiguration", "validator.training-operator.kubeflow.org")
 KSERVE_WEBHOOKS = [
     ("MutatingWebhookConfiguration", "inferenceservice.serving.kserve.io"),
@@ -486,6 +487,10 @@ def training_operator(admin: Path, workdir: Path, wirer: WebhookWirer) -> Contro
         admin, "patch", "secret", TO_SECRET, "-n", "kubeflow", "--type=merge",
         "--field-manager=e2e-certs", "-p", json.dumps(patch),
     )  # fmt: skip
+    # What the Deployment mounts from that Secret at the rotator's fixed CertDir (the rotator
+    # waits for tls.crt there before it reports ready).
+    certs.write(TO_CERT_DIR)
+    (TO_CERT_DIR / "ca.crt").write_bytes(certs.ca_cert)
     kc = sa_kubeconfig(
         admin, "kubeflow", "training-operator", workdir / "training-operator.kubeconfig"
     )
@@ -621,12 +626,20 @@ def mirror_dir() -> Path:
     return path
 
 
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def start_platform(admin: Path, workdir: Path, timeout: float = 900) -> Platform:
     """Install the platform with scripts/install-platform.sh (offline) while starting each
     controller as soon as the script has created its ServiceAccount: KServe's must answer its
     webhooks before the script applies the ClusterServingRuntimes. Returns once the script
     exited 0 and every controller is ready; on any failure stops what it started and raises
     ControllerError with the script output and controller log tails."""
+    if threading.current_thread() is threading.main_thread():
+        # SIGTERM (e.g. a CI timeout) -> KeyboardInterrupt, so pytest runs the teardown that
+        # stops the controllers instead of leaving them behind
+        signal.signal(signal.SIGTERM, _interrupt)
     wirer = WebhookWirer(admin)
     wirer.start()
     t0 = time.monotonic()
