@@ -28,18 +28,24 @@ LOCK_NAME = ".owner.lock"
 _held: dict[Path, int] = {}  # directory -> open lock fd (kept until release_dir)
 
 
-def make_owned_dir(parent: str | os.PathLike | None, prefix: str) -> Path:
+def make_owned_dir(parent: str | os.PathLike | None, prefix: str, private: bool = True) -> Path:
     """Create ``<parent>/<prefix><random>`` holding a lock this process keeps until
     :func:`release_dir` (or its death).
 
     Args:
         parent: where to create it (``None``: the system temp folder).
         prefix: name prefix, e.g. ``"workertemp_worker_1_"``.
+        private: mode 0700 (``tempfile.mkdtemp``); ``False`` gives the mode ``mkdir`` would
+            (0777 minus the umask), for directories published under another name.
 
     Returns:
         The new directory.
     """
     path = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
+    if not private:
+        umask = os.umask(0)
+        os.umask(umask)
+        path.chmod(0o777 & ~umask)
     fd = os.open(path / LOCK_NAME, os.O_CREAT | os.O_RDWR, 0o600)
     fcntl.flock(fd, fcntl.LOCK_EX)
     _held[path] = fd

@@ -231,20 +231,29 @@ def export_candidate(model, saved_model_dir: Path, task: TaskInfo, export_parent
     """Every replica exports; the chief stages next to ``saved_model_dir`` and renames into place.
 
     A crash before the rename leaves only a ``.staging-*`` directory, never a partial
-    ``saved_model_dir``.
+    ``saved_model_dir``; the next chief removes such leftovers of killed runs first (see
+    :mod:`training.leftovers`).
     """
     from training.export import export_saved_model
 
     export_parent.mkdir(parents=True, exist_ok=True)
-    staging = export_parent / f".staging-{saved_model_dir.name}-{uuid.uuid4().hex[:8]}"
-    export_saved_model(model, staging)
-    if not is_chief(task):
+    prefix = f".staging-{saved_model_dir.name}-"
+    if not is_chief(task):  # into this replica's private scratch directory
+        staging = export_parent / f"{prefix}{uuid.uuid4().hex[:8]}"
+        export_saved_model(model, staging)
         return staging
-    old = None
-    if saved_model_dir.exists():
-        old = saved_model_dir.with_name(f".old-{saved_model_dir.name}-{uuid.uuid4().hex[:8]}")
-        saved_model_dir.rename(old)
-    staging.rename(saved_model_dir)
+    remove_stale_dirs(export_parent, f"{prefix}*")
+    staging = make_owned_dir(export_parent, prefix, private=False)
+    try:
+        export_saved_model(model, staging)
+        release_dir(staging)  # its lock file must not end up in the candidate
+        old = None
+        if saved_model_dir.exists():
+            old = saved_model_dir.with_name(f".old-{saved_model_dir.name}-{uuid.uuid4().hex[:8]}")
+            saved_model_dir.rename(old)
+        staging.rename(saved_model_dir)
+    finally:
+        release_dir(staging)
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
     return saved_model_dir

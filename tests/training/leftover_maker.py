@@ -3,6 +3,7 @@ worker does (the real code), prints the directory it made, then hangs until kill
 
     python leftover_maker.py select <candidate> <base>
     python leftover_maker.py worker <tmpdir>
+    python leftover_maker.py chief <candidates dir>
 """
 
 import argparse
@@ -26,6 +27,18 @@ if kind == "select":
 
     shutil.copytree = copy_then_hang
     select.publish(Path(sys.argv[2]), Path(sys.argv[3]))
+elif kind == "chief":
+    from training import export, train
+    from training.tf_config import TaskInfo
+
+    def export_then_hang(model, export_dir):  # killed while exporting its candidate
+        Path(export_dir, "saved_model.pb").write_bytes(b"partial")
+        print(f"staging {export_dir}", flush=True)
+        time.sleep(600)
+
+    export.export_saved_model = export_then_hang
+    candidates = Path(sys.argv[2])
+    train.export_candidate(None, candidates / "cnn", TaskInfo(), candidates)
 else:
     from training import train
     from training.tf_config import TaskInfo

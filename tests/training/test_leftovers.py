@@ -86,6 +86,31 @@ def test_scratch_of_workers_killed_with_sigkill_is_removed(tmp_path, monkeypatch
         _kill9(live)
 
 
+def test_staging_of_a_chief_killed_while_exporting_is_removed(tmp_path, monkeypatch):
+    from training import export
+
+    candidates = tmp_path / "candidates"
+    killed = [_start("chief", str(candidates)) for _ in range(2)]
+    for proc, staging in killed:
+        assert staging.name.startswith(".staging-cnn-") and staging.parent == candidates
+        _kill9(proc)
+
+    def fake_export(model, export_dir):
+        Path(export_dir, "saved_model.pb").write_bytes(b"complete")
+
+    monkeypatch.setattr(export, "export_saved_model", fake_export)
+    out = train.export_candidate(None, candidates / "cnn", TaskInfo(), candidates)
+    assert out == candidates / "cnn" and sorted(p.name for p in candidates.iterdir()) == ["cnn"]
+    assert sorted(p.name for p in out.iterdir()) == ["saved_model.pb"]  # no lock file inside
+    assert out.stat().st_mode & 0o777 == 0o777 & ~_umask()  # as mkdir makes it, not 0700
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def test_only_provably_stale_directories_are_removed(tmp_path):
     unlocked = tmp_path / "workertemp_old_format"  # no lock file: cannot tell, keep it
     unlocked.mkdir()
