@@ -26,7 +26,7 @@ from pathlib import Path
 
 from fmnist_common import MODEL_TYPES
 from fmnist_common.cli import positive_int, run_cli
-from fmnist_pipeline.run import BUDGETS, train_args
+from fmnist_pipeline.run import BUDGET_NAMES, budget_of, train_args
 from training.launcher import LaunchError, launch
 from training.select import evaluate_candidate
 
@@ -48,7 +48,7 @@ def bench_one(model_type: str, budget: str, workers: int, data_dir: str | None, 
     """
     with tempfile.TemporaryDirectory(prefix="train-bench-") as tmp:
         work = Path(tmp)
-        args = train_args(model_type, work, "bench", BUDGETS[budget], data_dir)
+        args = train_args(model_type, work, "bench", budget_of(budget), data_dir)
         wall = launch(args, num_workers=workers, name=model_type)
         saved = work / "candidates" / model_type
         hist = json.loads((saved / "training_history.json").read_text())
@@ -88,7 +88,7 @@ def to_markdown(rows: list[dict], meta: dict) -> str:
 def build_parser() -> argparse.ArgumentParser:
     """Options: budget, model types, workers, tfds data dir, results dir."""
     p = argparse.ArgumentParser(prog="bench/train_bench.py", description=__doc__.splitlines()[0])
-    p.add_argument("--budget", choices=sorted(BUDGETS), default="full")
+    p.add_argument("--budget", choices=BUDGET_NAMES, default="full")
     p.add_argument("--model-types", nargs="+", choices=MODEL_TYPES, default=list(MODEL_TYPES))
     p.add_argument("--workers", type=positive_int, default=2)
     p.add_argument("--data-dir", default=os.environ.get("TFDS_DATA_DIR"))
