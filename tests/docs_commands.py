@@ -65,13 +65,17 @@ def commands_in(text: str, source: str) -> list[DocCommand]:
     """Parse every ``bash`` block of a Markdown text into simple commands.
 
     Raises:
-        bashlex.errors.ParsingError: a block that bash itself could not parse.
+        ValueError: a block that bash cannot parse (e.g. a ``<placeholder>``), naming its line.
     """
     out: list[DocCommand] = []
     for block in _FENCE.finditer(text):
         first_line = text.count("\n", 0, block.start(1)) + 1
         body = block.group(1)
-        for tree in bashlex.parse(body):
+        try:
+            trees = bashlex.parse(body)
+        except bashlex.errors.ParsingError as e:
+            raise ValueError(f"{source}:{first_line}: bash cannot parse this block: {e}") from e
+        for tree in trees:
             collector = _Collector()
             collector.visit(tree)
             for env, words, pos in collector.found:
