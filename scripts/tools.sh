@@ -30,6 +30,9 @@
 #   TOOL_REPLACES      bash array of extra replace directives "old[@v]=new@v" (go mod edit syntax)
 #   TOOL_CGO_ENABLED   default 0 (static binaries)
 #   TOOL_TAGS          comma-separated build tags
+#   TOOL_SOURCE_LINKS  bash array "path=target": symlinks of upstream's repository that the Go
+#                      module zip omits (module zips hold no symlinks); the module's source is
+#                      then copied to ./src with these links restored and used by a replace
 # and may define these functions (they see MODULE_VERSION and MODULE_TIME, the module's
 # publication time from the proxy, RFC 3339):
 #   tool_module_version VERSION    -> the module version to require (default: add "v")
@@ -166,6 +169,13 @@ build_recipe() {
       fi
     done < <(upstream_replace_flags "$gomod")
     for r in "${TOOL_REPLACES[@]+"${TOOL_REPLACES[@]}"}"; do flags+=("-replace=$r"); done
+    if [[ -n "${TOOL_SOURCE_LINKS[*]:-}" ]]; then
+      local moddir link
+      moddir="$(python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])' <<<"$info")"
+      cp -r "$moddir" src && chmod -R u+w src
+      for link in "${TOOL_SOURCE_LINKS[@]}"; do ln -s "${link#*=}" "src/${link%%=*}"; done
+      flags+=("-replace=$TOOL_MODULE=./src")
+    fi
     if ((${#flags[@]})); then go mod edit "${flags[@]}"; fi
     local -a pkgs=()
     local p

@@ -1,5 +1,6 @@
 # shellcheck shell=bash
-# Argo Workflows workflow-controller, run by the e2e under its own ServiceAccount argo/argo.
+# Argo Workflows workflow-controller, run by the e2e under its own ServiceAccount argo/argo, and
+# argoexec.
 # Recipe contract: scripts/tools.sh.
 #
 # The argo CLI (cmd/argo, for `argo lint --offline`) does not build from the module: it embeds
@@ -13,5 +14,12 @@
 # for the tests only (docs/e2e-controllers.md); the manifests keep v4.1.2.
 TOOL_VERSION_KEY=ARGO_WORKFLOWS_E2E_VERSION
 TOOL_MODULE=github.com/argoproj/argo-workflows/v4
-TOOL_PACKAGES=(github.com/argoproj/argo-workflows/v4/cmd/workflow-controller)
+TOOL_PACKAGES=(
+  github.com/argoproj/argo-workflows/v4/cmd/workflow-controller
+  github.com/argoproj/argo-workflows/v4/cmd/argoexec
+)
+# argoexec (the executor of Argo's pods; the e2e runs it for the pipeline's resource steps,
+# tests/e2e/argo_executor.py) needs osspecific/signal_linux.go, which upstream keeps as a
+# symlink to signal_darwin.go and the module zip therefore lacks.
+TOOL_SOURCE_LINKS=(workflow/executor/osspecific/signal_linux.go=signal_darwin.go)
 tool_ldflags() { echo "-X github.com/argoproj/argo-workflows/v4.version=$MODULE_VERSION"; }
