@@ -226,7 +226,8 @@ case "${1:-}" in
   --bin)
     [[ $# -eq 2 ]] || die "usage: $0 --bin NAME"
     for t in $(recipe_names); do
-      if recipe_binaries "$t" | grep -qx "$2"; then echo "$(bin_dir "$t")/$2"; exit 0; fi
+      # grep without -q reads all lines: an early exit would SIGPIPE the writer (pipefail)
+      if recipe_binaries "$t" | grep -x "$2" >/dev/null; then echo "$(bin_dir "$t")/$2"; exit 0; fi
     done
     die "no recipe in hack/tools builds a binary named $2" ;;
   --list)

@@ -76,7 +76,7 @@ class ResourceStepRunner(threading.Thread):
         self.poll = poll
         self.results: dict[str, tuple[int, str]] = {}
         self._started: set[str] = set()
-        self._stop = threading.Event()
+        self._halt = threading.Event()
         self._workers: list[threading.Thread] = []
         self._procs: list[subprocess.Popen] = []
         self._dir = Path(tempfile.mkdtemp(prefix="argoexec-", dir="/var/tmp"))
@@ -142,7 +142,7 @@ class ResourceStepRunner(threading.Thread):
             self.errors.append(f"{name}: {e!r}")
 
     def run(self) -> None:  # noqa: D102 (threading.Thread API)
-        while not self._stop.is_set():
+        while not self._halt.is_set():
             proc = self.kubectl.run(
                 "get", "pods", "-n", self.namespace, "-l", WORKFLOW_LABEL, "-o", "json"
             )
@@ -160,7 +160,7 @@ class ResourceStepRunner(threading.Thread):
 
     def stop(self) -> None:
         """Stop watching; kill argoexec processes still waiting on their resource."""
-        self._stop.set()
+        self._halt.set()
         for p in self._procs:
             if p.poll() is None:
                 p.kill()
