@@ -277,7 +277,7 @@ class WebhookWirer(threading.Thread):
         self.interval = interval
         self.targets: dict[tuple[str, str], WebhookTarget | None] = dict.fromkeys(IGNORED_WEBHOOKS)
         self.errors: list[str] = []
-        self._stop = threading.Event()
+        self._halt = threading.Event()
         self._lock = threading.Lock()
         self._api = None
 
@@ -349,16 +349,16 @@ class WebhookWirer(threading.Thread):
         return n
 
     def run(self) -> None:  # noqa: D102 (threading.Thread API)
-        while not self._stop.is_set():
+        while not self._halt.is_set():
             try:
                 self.wire_once()
             except Exception as e:  # noqa: BLE001 - reported through .errors, never lost
                 self.errors.append(repr(e))
-            self._stop.wait(self.interval)
+            self._halt.wait(self.interval)
 
     def stop(self) -> None:
         """Stop polling (joins the thread)."""
-        self._stop.set()
+        self._halt.set()
         self.join(timeout=10)
 
 

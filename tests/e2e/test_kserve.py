@@ -21,6 +21,7 @@ for PVCs (pkg/webhook/admission/pod/storage_initializer_injector.go), and the te
 
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
 
 import controllers
@@ -39,6 +40,22 @@ def platform(kubectl: Kubectl, kubeconfig: Path, tmp_path_factory: pytest.TempPa
     p = controllers.acquire_platform(kubeconfig, tmp_path_factory.mktemp("controllers"))
     yield p
     controllers.release_platform()
+
+
+@pytest.fixture
+def short_namespace(kubectl: Kubectl):
+    """A fresh namespace with a short name: KServe builds the predictor's host label as
+    ``<isvc>-predictor-<namespace>``, which must fit in 63 characters (the conftest namespace
+    names are longer; the project's own ``fashion-mnist`` namespace fits)."""
+    name = f"e2e-isvc-{uuid.uuid4().hex[:6]}"
+    kubectl("create", "namespace", name)
+    wait_until(
+        lambda: kubectl.run("get", "serviceaccount", "default", "-n", name).returncode == 0,
+        timeout=30,
+        what=f"ServiceAccount default in {name}",
+    )
+    yield name
+    kubectl.run("delete", "namespace", name, "--wait=false")
 
 
 def rendered(kubectl: Kubectl, kind: str) -> dict:
@@ -67,8 +84,9 @@ def standard_mode(isvc: dict, namespace: str) -> dict:
 
 
 def test_inference_service_reconciled_with_pvc_mount_and_logger(
-    platform, kubectl, kubeconfig, namespace
+    platform, kubectl, kubeconfig, short_namespace
 ):
+    namespace = short_namespace
     isvc = rendered(kubectl, "InferenceService")
     pvc = rendered(kubectl, "PersistentVolumeClaim")
     controllers.provide_volume(kubeconfig, pvc, namespace)
