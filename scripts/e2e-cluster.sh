@@ -136,7 +136,7 @@ run() {
   # signal; a background command ignores the terminal's SIGINT, so it gets TERM), tear down.
   stop() {
     trap - INT TERM EXIT
-    if [[ -n "$child" ]]; then kill -TERM "$child" 2>/dev/null || true; wait "$child" 2>/dev/null || true; fi
+    if [[ -n "${child:-}" ]]; then kill -TERM "$child" 2>/dev/null || true; wait "$child" 2>/dev/null || true; fi
     down
     exit "$1"
   }
