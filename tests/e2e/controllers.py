@@ -488,9 +488,13 @@ def training_operator(admin: Path, workdir: Path, wirer: WebhookWirer) -> Contro
         "--field-manager=e2e-certs", "-p", json.dumps(patch),
     )  # fmt: skip
     # What the Deployment mounts from that Secret at the rotator's fixed CertDir (the rotator
-    # waits for tls.crt there before it reports ready).
-    certs.write(TO_CERT_DIR)
-    (TO_CERT_DIR / "ca.crt").write_bytes(certs.ca_cert)
+    # waits for tls.crt there before it reports ready). The path is fixed upstream, so the
+    # process gets a private mount namespace in which workdir's copy is bind-mounted there:
+    # concurrent e2e runs on one machine must not read each other's certificates.
+    mounted = workdir / "training-operator-certs"
+    certs.write(mounted / TO_CERT_DIR.name)
+    (mounted / TO_CERT_DIR.name / "ca.crt").write_bytes(certs.ca_cert)
+    TO_CERT_DIR.parent.mkdir(parents=True, exist_ok=True)
     kc = sa_kubeconfig(
         admin, "kubeflow", "training-operator", workdir / "training-operator.kubeconfig"
     )
@@ -499,6 +503,9 @@ def training_operator(admin: Path, workdir: Path, wirer: WebhookWirer) -> Contro
     return Controller(
         "training-operator",
         [
+            *("unshare", "--mount", "--propagation", "private", "--", "sh", "-c"),
+            'mount --bind "$0" "$1" && shift && exec "$@"',
+            *(str(mounted), str(TO_CERT_DIR.parent)),
             str(tool_binary("training-operator")),
             f"--kubeconfig={kc}",
             f"--webhook-server-port={port}",

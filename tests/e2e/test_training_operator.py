@@ -177,3 +177,5 @@ def test_tfjob_webhook_rejects_an_invalid_tfjob(platform, kubectl, namespace):
     proc = kubectl.run("apply", "--dry-run=server", "-f", "-", input=yaml.safe_dump(bad))
     assert proc.returncode != 0
     assert "validator.tfjob.training-operator.kubeflow.org" in proc.stderr, proc.stderr
+    assert "denied the request" in proc.stderr, proc.stderr  # answered, not unreachable
+    assert "must have at least one container with name tensorflow" in proc.stderr
