@@ -155,18 +155,20 @@ def pipeline_grants(ctx: Context) -> Iterator[Hit]:
 
 @check("controller-grants")
 def controller_grants(ctx: Context) -> Iterator[Hit]:
-    """The workflow-controller's service account may create/update the memoize caches."""
+    """The workflow-controller's service account may create/update the memoize caches, which
+    Argo keeps in the controller's own namespace (controller.go: NewCacheFactory)."""
     everything = [o for objs in ctx.rendered.values() for o in objs]
     controller = next((o for o in everything if (o.kind, o.name) == CONTROLLER), None)
     if controller is None:
         return  # the Argo platform is not rendered: nothing to check against
     pod = dig(controller.doc, "spec", "template", "spec", default={})
     sa = (controller.namespace, pod.get("serviceAccountName") or "default")
+    roles = bound_roles(everything, sa, controller.namespace)
     for ns, cm in sorted(set(memo_caches(ctx))):
         wf = next(o for o in ctx.kinds(*WORKFLOW_KINDS) if o.namespace == ns)
-        roles = bound_roles(everything, sa, ns)
         for verb in MEMO_VERBS:
             if not grants(roles, "", "configmaps", verb, "" if verb == "create" else cm):
-                msg = f"memoize cache {ns}/{cm}: the controller's ServiceAccount {'/'.join(sa)}"
-                msg = f"{msg} may not {verb} configmaps in {ns} (bound: {[r.ref for r in roles]})"
+                msg = f"memoize cache {cm} (kept in the controller's namespace"
+                msg = f"{msg} {controller.namespace}): its ServiceAccount {'/'.join(sa)} may not"
+                msg = f"{msg} {verb} configmaps there (bound: {[r.ref for r in roles]})"
                 yield wf, "spec.templates", msg

@@ -80,6 +80,20 @@ def _submit(kubectl, kubeconfig, *params: str) -> tuple[subprocess.CompletedProc
     return proc, name.removeprefix("workflow.argoproj.io/"), time.monotonic() - t0
 
 
+def _diagnose(kubectl, workflow: str, runner: ResourceStepRunner) -> str:
+    """The Workflow's phase and message, each node's phase and message, argoexec's outputs."""
+    proc = kubectl.run("get", "workflow", workflow, "-n", NAMESPACE, "-o", "json")
+    if proc.returncode != 0:
+        return proc.stderr
+    status = json.loads(proc.stdout).get("status", {})
+    lines = [f"workflow {status.get('phase')}: {status.get('message')}"]
+    for n in (status.get("nodes") or {}).values():
+        lines.append(f"  {n['displayName']}: {n.get('phase')} {n.get('message', '')}")
+    for pod, (rc, out) in runner.results.items():
+        lines.append(f"argoexec {pod} exit {rc}:\n{out[-1500:]}")
+    return "\n".join(lines + runner.errors)
+
+
 def _nodes(kubectl, workflow: str) -> dict[str, dict]:
     wf = kubectl.json("get", "workflow", workflow, "-n", NAMESPACE)
     return {n["displayName"]: n for n in wf["status"]["nodes"].values()}
@@ -88,9 +102,7 @@ def _nodes(kubectl, workflow: str) -> dict[str, dict]:
 @pytest.fixture(scope="module")
 def first_run(deployed, kubectl, kubeconfig):
     proc, name, seconds = _submit(kubectl, kubeconfig, "epochs=1")
-    assert proc.returncode == 0, (
-        f"{proc.stdout}\n{proc.stderr}\nargoexec: {deployed.results}\n{deployed.errors}"
-    )
+    assert proc.returncode == 0, f"{proc.stderr}\n{_diagnose(kubectl, name, deployed)}"
     return name
 
 
@@ -129,7 +141,7 @@ def test_serve_step_applied_the_inferenceservice(first_run, kubectl):
 
 def test_second_run_hits_the_memoization_cache(first_run, deployed, kubectl, kubeconfig):
     proc, second, _ = _submit(kubectl, kubeconfig, "epochs=1")
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.returncode == 0, f"{proc.stderr}\n{_diagnose(kubectl, second, deployed)}"
     ingest = _nodes(kubectl, second)["ingest"]
     assert (ingest.get("memoizationStatus") or {}).get("hit") is True, ingest
     cache = ingest["memoizationStatus"]["cacheName"]

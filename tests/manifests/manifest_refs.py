@@ -10,7 +10,8 @@ EXECUTOR_PATCH = f"{ARGO_PLATFORM}/patches/workflow-controller-configmap-executo
 ISVC_REF = "InferenceService/fashion-mnist/fashion-mnist"
 WFT_REF = "WorkflowTemplate/fashion-mnist/fashion-mnist-pipeline"
 PIPELINE_ROLE = "fashion-mnist-pipeline"
-MEMO_ROLE = "fashion-mnist-memoize-cache"
+MEMO_ROLE = "argo-memoization-cache"
+MEMO_RBAC = f"{ARGO_PLATFORM}/memoization-cache-rbac.yaml"
 TFJOBS = {
     f"TFJob/fashion-mnist/fashion-mnist-pipeline-x7k2p-{m}"
     for m in ("cnn", "dropout", "batch-norm")

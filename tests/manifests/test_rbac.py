@@ -6,7 +6,16 @@ import pytest
 
 from validation.rbac import plural
 
-from .manifest_refs import ARGO_PLATFORM, MEMO_ROLE, PIPELINE_ROLE, RBAC, WFT, WFT_REF, only
+from .manifest_refs import (
+    ARGO_PLATFORM,
+    MEMO_RBAC,
+    MEMO_ROLE,
+    PIPELINE_ROLE,
+    RBAC,
+    WFT,
+    WFT_REF,
+    only,
+)
 
 ROLE_REF = f"Role/fashion-mnist/{PIPELINE_ROLE}"
 BINDING_REF = f"RoleBinding/fashion-mnist/{PIPELINE_ROLE}"
@@ -98,10 +107,11 @@ def test_controller_may_write_the_memoize_cache(broken, verb):
             if verb in r["verbs"]:
                 r["verbs"].remove(verb)
 
-    broken.edit(RBAC, drop, "Role", MEMO_ROLE)
+    broken.edit(MEMO_RBAC, drop, "Role", MEMO_ROLE)
     (f,) = only(broken.check(*kusts), "controller-grants")
     assert (f.file, f.obj) == (WFT, WFT_REF)
-    assert f"argo/argo may not {verb} configmaps in fashion-mnist" in f.message
+    assert f"argo/argo may not {verb} configmaps there" in f.message
+    assert "namespace argo" in f.message
 
 
 def test_controller_grant_must_name_the_cache(broken):
@@ -110,11 +120,11 @@ def test_controller_grant_must_name_the_cache(broken):
             if r.get("resourceNames"):
                 r["resourceNames"] = ["other"]
 
-    broken.edit(RBAC, rename, "Role", MEMO_ROLE)
+    broken.edit(MEMO_RBAC, rename, "Role", MEMO_ROLE)
     (f,) = only(broken.check("base/ml", ARGO_PLATFORM), "controller-grants")
     assert "may not update configmaps" in f.message
 
 
 def test_controller_grants_need_the_argo_platform_rendered(broken):
-    broken.edit(RBAC, lambda d: d.update(rules=[]), "Role", MEMO_ROLE)
+    broken.edit(MEMO_RBAC, lambda d: d.update(rules=[]), "Role", MEMO_ROLE)
     assert not [f for f in broken.check("base/ml") if f.check == "controller-grants"]
