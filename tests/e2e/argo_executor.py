@@ -20,6 +20,7 @@ Container steps (ingest, select) are completed by kwok without running anything.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import subprocess
@@ -38,23 +39,31 @@ WORKFLOW_LABEL = "workflows.argoproj.io/workflow"
 def resource_action(pod: dict) -> str | None:
     """The action of an Argo resource-step pod (``create``, ``apply``...), else None."""
     for c in pod["spec"].get("containers", []):
-        cmd = c.get("command") or []
-        if c["name"] == "main" and cmd[:2] == ["argoexec", "resource"] and len(cmd) > 2:
-            return cmd[2]
+        cmd = (c.get("command") or []) + (c.get("args") or [])
+        for i in range(
+            len(cmd) - 2
+        ):  # `/var/run/argo/argoexec emissary ... -- argoexec resource X`
+            if c["name"] == "main" and cmd[i : i + 2] == ["argoexec", "resource"]:
+                return cmd[i + 2]
     return None
 
 
 def container_env(pod: dict, name: str = "main") -> dict[str, str]:
     """A container's environment as the kubelet would set it (values and the downward-API
-    fields Argo uses: metadata.name/namespace/uid). Raises KeyError for other sources."""
+    fields Argo uses: metadata.name/namespace/uid), plus ``ARGO_TEMPLATE`` from the ``init``
+    container (which hands it to ``main`` as /var/run/argo/template in a real pod). Raises
+    KeyError for other sources."""
     fields = {
         "metadata.name": pod["metadata"]["name"],
         "metadata.namespace": pod["metadata"]["namespace"],
         "metadata.uid": pod["metadata"]["uid"],
     }
     container = next(c for c in pod["spec"]["containers"] if c["name"] == name)
+    init = next((c for c in pod["spec"].get("initContainers", []) if c["name"] == "init"), {})
     env: dict[str, str] = {}
-    for e in container.get("env", []):
+    # the template reaches `main` through a file the `init` container writes from its env
+    template = [e for e in init.get("env", []) if e["name"] == "ARGO_TEMPLATE"]
+    for e in template + container.get("env", []):
         if "value" in e:
             env[e["name"]] = e["value"]
         elif "fieldRef" in (e.get("valueFrom") or {}):
@@ -75,7 +84,7 @@ class ResourceStepRunner(threading.Thread):
         self.namespace = namespace
         self.poll = poll
         self.results: dict[str, tuple[int, str]] = {}
-        self._started: set[str] = set()
+        self._seen: set[str] = set()
         self._halt = threading.Event()
         self._workers: list[threading.Thread] = []
         self._procs: list[subprocess.Popen] = []
@@ -89,8 +98,9 @@ class ResourceStepRunner(threading.Thread):
         ctx = next(c for c in admin["contexts"] if c["name"] == admin["current-context"])
         cluster = next(c for c in admin["clusters"] if c["name"] == ctx["context"]["cluster"])
         cluster = dict(cluster["cluster"])
-        if "certificate-authority" in cluster:
-            cluster["certificate-authority"] = str(Path(cluster["certificate-authority"]).resolve())
+        if "certificate-authority" in cluster:  # inline: argoexec's /tmp is a private tmpfs
+            ca = Path(cluster.pop("certificate-authority")).read_bytes()
+            cluster["certificate-authority-data"] = base64.b64encode(ca).decode()
         user = f"system:serviceaccount:{self.namespace}:{sa}"
         doc = {
             "apiVersion": "v1",
@@ -151,8 +161,8 @@ class ResourceStepRunner(threading.Thread):
                     name = pod["metadata"]["name"]
                     action = resource_action(pod)
                     running = (pod.get("status") or {}).get("phase") == "Running"
-                    if action and running and name not in self._started:
-                        self._started.add(name)
+                    if action and running and name not in self._seen:
+                        self._seen.add(name)
                         t = threading.Thread(target=self._execute, args=(pod, action), daemon=True)
                         t.start()
                         self._workers.append(t)
