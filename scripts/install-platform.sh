@@ -58,40 +58,13 @@ apply() { k apply --server-side --force-conflicts "$@"; }
 
 # render NAME SOURCE: SOURCE (a kustomization dir of this repo, a URL or a file) rendered by
 # kustomize into ${WORK}/NAME/all.yaml. In mirror mode the pinned remote resources of the
-# kustomization are replaced by their mirror files (the mapping of src/validation/config.py).
+# kustomization are replaced by their mirror files (lib.sh: mirror_kustomization).
 render() {
   local src="$2" out="${WORK}/$1"
   rm -rf "${out}"
   mkdir -p "${out}/k"
   if [[ -d "${src}" ]]; then
-    cp -r "${src}/." "${out}/k/"
-    if [[ -n "${MIRROR}" ]]; then
-      PYTHONPATH="${REPO_ROOT}/src${PYTHONPATH:+:${PYTHONPATH}}" "${PYTHON}" - "${out}/k" "${MIRROR}" "${REPO_ROOT}/versions.env" <<'PY'
-import shutil, sys
-from pathlib import Path
-import yaml
-try:  # the validation harness owns the remote -> mirror file mapping
-    from validation.render import parse_versions_env, remote_refs
-except ImportError:
-    from validation.config import parse_versions_env, remote_refs
-kdir, mirror = Path(sys.argv[1]), Path(sys.argv[2])
-refs = remote_refs(parse_versions_env(Path(sys.argv[3])))
-if not isinstance(refs, dict):
-    refs = {r.url: r.mirror_file for r in refs}
-kfile = kdir / "kustomization.yaml"
-k = yaml.safe_load(kfile.read_text())
-res = []
-for r in k.get("resources") or []:
-    if r in refs:
-        shutil.copyfile(mirror / refs[r], kdir / refs[r])
-        r = refs[r]
-    elif "://" in r or r.startswith("github.com/"):
-        sys.exit(f"no mirror file for remote resource {r}")
-    res.append(r)
-k["resources"] = res
-kfile.write_text(yaml.safe_dump(k))
-PY
-    fi
+    UPSTREAM_MIRROR_DIR="${MIRROR}" mirror_kustomization "${src}" "${out}/k"
   else
     printf 'apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - %s\n' \
       "$(if [[ -f "${src}" ]]; then cp "${src}" "${out}/k/src.yaml"; echo src.yaml; else echo "${src}"; fi)" \

@@ -127,6 +127,7 @@ class ResourceStepRunner(threading.Thread):
             env = {
                 "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
                 **container_env(pod),
+                "HOME": str(self._dir),  # kubectl's discovery cache (~/.kube), not the cwd
                 "KUBECONFIG": str(kubeconfig),
                 "RESOURCE_STATE_CHECK_INTERVAL": "1s",
             }
@@ -136,7 +137,12 @@ class ResourceStepRunner(threading.Thread):
                 str(self.argoexec), "resource", action, "--kubeconfig", str(kubeconfig),
             ]  # fmt: skip
             proc = subprocess.Popen(
-                cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+                cmd,
+                env=env,
+                cwd=self._dir,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
             )
             self._procs.append(proc)
             out, _ = proc.communicate()

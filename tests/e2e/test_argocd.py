@@ -53,7 +53,7 @@ def test_bootstrap_applies_only_projects_and_root_app(bootstrapped, kubectl: Kub
 @pytest.mark.parametrize("env", ENVIRONMENTS)
 def test_every_application_accepted_by_the_api_server(bootstrapped, kubectl: Kubectl, env):
     out = kubectl(
-        "apply", "--server-side", "--dry-run=server", "--field-manager=e2e",
+        "apply", "--server-side", "--dry-run=server", "--field-manager=e2e", "--force-conflicts",
         "-k", str(REPO_ROOT / "argocd/apps" / env),
     )  # fmt: skip
     applied = [line for line in out.splitlines() if line.strip()]
