@@ -24,7 +24,7 @@ endif
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 export PYTHONUNBUFFERED := 1
 
-# Full training budget (see bench/ and README): BUDGET=full make demo
+# Training budget of make demo: quick (default), smoke, or full = the cluster's (docs/training.md)
 BUDGET ?= quick
 PYTEST_ARGS ?=
 

@@ -128,6 +128,7 @@ build_recipe() {
     log "$tool $ver: cached in $dir (nothing rebuilt)"
     return 0
   fi
+  command -v go >/dev/null || die "Go is required to build $tool (go.dev/dl); not found on PATH"
   mkdir -p "$CACHE"
   exec 9>"$CACHE/.lock-$tool"
   flock 9
@@ -242,7 +243,6 @@ case "${1:-}" in
     sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' ;;
   -*) die "unknown option $1 (see --help)" ;;
   *)
-    command -v go >/dev/null || die "Go is required to build the pinned tools (go.dev/dl); not found on PATH"
     if [[ $# -eq 0 ]]; then mapfile -t tools < <(recipe_names); else tools=("$@"); fi
     for t in "${tools[@]}"; do build_recipe "$t"; done ;;
 esac
