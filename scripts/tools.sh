@@ -69,7 +69,8 @@ versions_get() { # KEY -> value from versions.env (the only place versions live)
 # Print "VERSION DIR" of a recipe (sourcing it in a subshell keeps recipes isolated).
 recipe_entry() {
   local tool="$1" file="$RECIPES/$1.sh"
-  [[ -f "$file" ]] || die "no recipe $file (have: $(recipe_names | tr '\n' ' '))"
+  [[ "$tool" =~ ^[a-z0-9][a-z0-9-]*$ && -f "$file" ]] \
+    || die "no recipe named '$tool' (have: $(recipe_names | tr '\n' ' '))"
   (
     # shellcheck disable=SC1090
     source "$file"
@@ -228,7 +229,11 @@ case "${1:-}" in
     [[ $# -eq 2 ]] || die "usage: $0 --bin NAME"
     for t in $(recipe_names); do
       # grep without -q reads all lines: an early exit would SIGPIPE the writer (pipefail)
-      if recipe_binaries "$t" | grep -x "$2" >/dev/null; then echo "$(bin_dir "$t")/$2"; exit 0; fi
+      if recipe_binaries "$t" | grep -Fx -- "$2" >/dev/null; then
+        d="$(bin_dir "$t")" || exit 1 # not built: the error, and nothing on stdout
+        echo "$d/$2"
+        exit 0
+      fi
     done
     die "no recipe in hack/tools builds a binary named $2" ;;
   --list)

@@ -56,6 +56,13 @@ def expression(expr: str, values: dict[str, str]) -> str | None:
         return None
 
 
+def requirements(condition: str) -> list[str]:
+    """The requirements of an Argo resource condition: Argo parses it with Kubernetes'
+    label-selector parser (``labels.Parse``), where commas separate requirements except inside
+    an ``in (a,b)`` / ``notin (a,b)`` value list."""
+    return [r for r in re.split(r",(?![^()]*\))", condition) if r.strip()]
+
+
 def substitute(text: str, values: dict[str, str]) -> str:
     """Replace ``{{name}}`` placeholders whose name is in ``values`` and the ``{{=expr}}`` that
     :func:`expression` evaluates; leave the others."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
-from validation.argo import substitute
+from validation.argo import requirements, substitute
 from validation.core import Context, Hit, check
 
 COUNTED_RESTART_POLICIES = ("ExitCode", "Never")
@@ -48,7 +48,7 @@ def tfjob_conditions(ctx: Context) -> Iterator[Hit]:
         for key in ("successCondition", "failureCondition"):
             if key not in res:
                 yield wf, f"{step}.{key}", "missing: the step must wait for the TFJob's verdict"
-            for req in substitute(str(res.get(key, "")), job.extra["values"]).split(","):
+            for req in requirements(substitute(str(res.get(key, "")), job.extra["values"])):
                 if req.strip() and (problem := condition_problem(key, req, specs)):
                     yield wf, f"{step}.{key}", f"{problem} (call {job.extra['caller']})"
 

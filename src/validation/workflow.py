@@ -12,6 +12,7 @@ from validation.argo import (
     PLACEHOLDER,
     WORKFLOW_KINDS,
     first_calls,
+    requirements,
     substitute,
     tasks,
     workflow_params,
@@ -76,7 +77,7 @@ def structure(ctx: Context) -> Iterator[Hit]:
             if t.get("memoize") is not None and not (t.get("container") or t.get("script")):
                 yield o, f"{base}.memoize", "memoize belongs on a container/script template"
             for key, cond in ((k, dig(t, "resource", k)) for k in CONDITIONS):
-                for req in substitute(str(cond), call.values).split(",") if cond else []:
+                for req in requirements(substitute(str(cond), call.values)) if cond else []:
                     if not CONDITION_RE.match(req):
                         msg = f"{req.strip()!r} is not an Argo condition"
                         yield o, f"{base}.resource.{key}", msg
@@ -125,7 +126,7 @@ def memoize_key(ctx: Context) -> Iterator[Hit]:
         for call in first_calls(o):
             if (memo := call.template.get("memoize")) is not None:
                 key = substitute(str(memo.get("key", "")), call.values)
-                if not MEMOIZE_KEY.match(key):
+                if not MEMOIZE_KEY.fullmatch(key):  # Go's $ does not match before a final \n
                     msg = f"renders to {key!r}; Argo accepts only {MEMOIZE_KEY.pattern}"
                     yield o, f"{call.path}.memoize.key", msg
 

@@ -99,7 +99,12 @@ def test_min_accuracy_is_a_fraction(broken, value):
 
 
 @pytest.mark.parametrize(
-    "key", ["tfds-fashion_mnist-3.0.1", "tfds-{{workflow.parameters.learning-rate}}"]
+    "key",
+    [
+        "tfds-fashion_mnist-3.0.1",
+        "tfds-{{workflow.parameters.learning-rate}}",
+        "tfds-fashion\n",  # a block scalar's final newline: Go's $ does not match before it
+    ],
 )
 def test_memoize_key_is_a_valid_argo_cache_key(broken, key):
     broken.edit(WFT, lambda d: template(d, "ingest")["memoize"].update(key=key))
@@ -186,6 +191,14 @@ def test_tfjob_step_conditions(broken, key, condition, text):
     hits = only(broken.check(), "tfjob-conditions")
     assert {(f.file, f.obj, f.field) for f in hits} == {(WFT, WFT_REF, f"{TRAIN}.{key}")}
     assert all(text in f.message for f in hits)
+
+
+def test_condition_value_lists_are_one_requirement(broken):
+    """Commas inside ``in (a,b)`` do not separate requirements (Kubernetes' labels.Parse)."""
+    cond = "status.conditions.0.type in (Failed,Error), status.conditions.1.type in (Failed,Error)"
+    broken.edit(WFT, lambda d: template(d, "train")["resource"].update(failureCondition=cond))
+    hits = [f for f in broken.check() if f.check in {"workflow", "tfjob-conditions"}]
+    assert not hits, [f.format() for f in hits]
 
 
 def test_tfjob_step_without_failure_condition(broken):
