@@ -18,8 +18,7 @@ USAGE
   wants_help "${1:-}" && exit 0
   exit 2
 fi
-APPS="${REPO_ROOT}/argocd/apps/$1"
-[[ -f "${APPS}/kustomization.yaml" ]] || die "no environment $1 (${APPS})"
+APPS="${REPO_ROOT}/argocd/apps/$(environment "$1")"
 WORK="$(mktemp -d)"
 trap 'rm -rf "${WORK}"' EXIT
 mirror_kustomization "${REPO_ROOT}/argocd/install" "${WORK}/install"

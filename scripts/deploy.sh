@@ -13,7 +13,6 @@ USAGE
   wants_help "${1:-}" && exit 0
   exit 2
 fi
-OVERLAY="${REPO_ROOT}/overlays/$1"
-[[ -f "${OVERLAY}/kustomization.yaml" ]] || die "no overlay $1 (${OVERLAY})"
+OVERLAY="${REPO_ROOT}/overlays/$(environment "$1")"
 "${KUBECTL}" apply --server-side --field-manager=fashion-mnist-deploy -k "${OVERLAY}"
 "${KUBECTL}" -n "${NAMESPACE}" get workflowtemplate,inferenceservice,ksvc,pvc

@@ -21,6 +21,20 @@ log() { printf '==> %s\n' "$*" >&2; }
 die() { printf 'error: %s\n' "$*" >&2; exit 1; }
 need() { command -v "$1" >/dev/null 2>&1 || die "$1 is required (see docs/gitops.md)"; }
 wants_help() { [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; }
+# seconds NAME VALUE [fraction]: VALUE if it is a number of seconds (whole, unless "fraction"
+# is given), else a one-line error.
+seconds() {
+  local re='^[0-9]+$'
+  [[ "${3:-}" == fraction ]] && re='^[0-9]+([.][0-9]+)?$'
+  [[ "$2" =~ $re ]] || die "$1 must be a number of seconds, got '$2'"
+  echo "$2"
+}
+# environment NAME: NAME if it is one of overlays/<env> (a plain name), else a one-line error.
+environment() {
+  [[ "$1" =~ ^[a-z0-9][a-z0-9-]*$ && -f "${REPO_ROOT}/overlays/$1/kustomization.yaml" ]] \
+    || die "no environment '$1' (have: $(cd "${REPO_ROOT}/overlays" && echo */ | tr -d /))"
+  echo "$1"
+}
 
 # overlay_param OVERLAY NAME: the value of the pipeline parameter NAME as overlays/OVERLAY
 # renders it (e.g. `image`: the environment's image repository + the one tag).
@@ -70,10 +84,12 @@ print(json.dumps(wf, indent=2))
 
 # wait_workflow WORKFLOW TIMEOUT POLL: poll the Workflow's phase; 0 when Succeeded, 1 (with
 # Argo's message) as soon as it is Failed or Error, 1 after TIMEOUT seconds.
+# A failed `kubectl get` (an API hiccup) is retried until TIMEOUT, not fatal.
 wait_workflow() {
   local wf="$1" deadline=$((SECONDS + $2)) phase
   while true; do
-    phase="$("${KUBECTL}" -n "${NAMESPACE}" get "${wf}" -o jsonpath='{.status.phase}')"
+    phase="$("${KUBECTL}" -n "${NAMESPACE}" get "${wf}" -o jsonpath='{.status.phase}')" \
+      || { log "${wf}: could not read its phase; retrying"; phase=""; }
     case "${phase}" in
       Succeeded)
         log "${wf}: Succeeded"

@@ -28,7 +28,9 @@ while [[ $# -gt 0 ]]; do
     *) usage >&2; die "unknown argument $1" ;;
   esac
 done
-TIMEOUT="${TIMEOUT:-21600}" POLL="${POLL:-10}"
+TIMEOUT="$(seconds TIMEOUT "${TIMEOUT:-21600}")"
+POLL="$(seconds POLL "${POLL:-10}" fraction)"
+[[ -n "${ENTRYPOINT}" ]] || die "--entrypoint needs a template name"
 manifest="$(workflow_json "${ENTRYPOINT}" "${PARAMS[@]+"${PARAMS[@]}"}")"
 name="$(printf '%s\n' "${manifest}" | "${KUBECTL}" create -o name -f -)"
 log "submitted ${name} (entrypoint ${ENTRYPOINT})"

@@ -32,7 +32,7 @@ import uuid
 from pathlib import Path
 
 import training  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
-from fmnist_common.cli import ConfigError
+from fmnist_common.cli import ConfigError, positive_int
 from training.data import DatasetError
 from training.leftovers import make_owned_dir, release_dir, remove_stale_dirs
 from training.models import MODEL_TYPES
@@ -56,14 +56,14 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="tfds data dir with fashion_mnist prepared (default: $TFDS_DATA_DIR)",
     )
-    p.add_argument("--epochs", type=int, default=12)
+    p.add_argument("--epochs", type=positive_int, default=12)
     p.add_argument(
         "--steps-per-epoch",
         type=int,
         default=0,
         help="steps per epoch; 0 = one pass over the (limited) train split",
     )
-    p.add_argument("--batch-size-per-replica", type=int, default=128)
+    p.add_argument("--batch-size-per-replica", type=positive_int, default=128)
     p.add_argument("--learning-rate", type=float, default=0.003, help="peak learning rate")
     p.add_argument("--lr-schedule", choices=LR_SCHEDULES, default="cosine")
     p.add_argument(
