@@ -37,7 +37,15 @@ kwokctl() { KWOK_WORKDIR="$E2E_DIR/kwok" "$KWOK_BIN/kwokctl" --name "$NAME" "$@"
 
 # PIDs of every process whose command line mentions this run's directory (all of them were
 # started by kwokctl for this run; the directory name is unique per run).
-run_pids() { pgrep -f -- "$E2E_DIR/kwok/" || true; }
+# The processes of this run: their command line holds its absolute directory, matched
+# literally (a regex or a relative path could match another run's processes).
+run_pids() {
+  local dir pid
+  dir="$(cd "$E2E_DIR" 2>/dev/null && pwd -P)/kwok/" || return 0
+  for pid in $(pgrep -f -- "/kwok/" || true); do
+    if tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "$dir"; then echo "$pid"; fi
+  done
+}
 
 up() {
   bins
@@ -136,7 +144,13 @@ run() {
   # signal; a background command ignores the terminal's SIGINT, so it gets TERM), tear down.
   stop() {
     trap - INT TERM EXIT
-    if [[ -n "${child:-}" ]]; then kill -TERM "$child" 2>/dev/null || true; wait "$child" 2>/dev/null || true; fi
+    if [[ -n "${child:-}" ]]; then
+      kill -TERM "$child" 2>/dev/null || true
+      # bounded: a command that ignores TERM gets KILL after 10 s
+      for _ in 1 2 3 4 5 6 7 8 9 10; do kill -0 "$child" 2>/dev/null || break; sleep 1; done
+      kill -KILL "$child" 2>/dev/null || true
+      wait "$child" 2>/dev/null || true
+    fi
     down
     exit "$1"
   }

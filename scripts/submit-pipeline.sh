@@ -25,6 +25,7 @@ while [[ $# -gt 0 ]]; do
     -p)
       [[ $# -ge 2 && "$2" == *=* ]] || die "-p needs name=value"
       PARAMS+=("$2"); shift 2 ;;
+    -h | --help) usage; exit 0 ;;
     *) usage >&2; die "unknown argument $1" ;;
   esac
 done

@@ -23,6 +23,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import shutil
 import subprocess
 import tempfile
 import threading
@@ -156,14 +157,21 @@ class ResourceStepRunner(threading.Thread):
                 self.kubectl("label", *pod_ref, f"{E2E_LABEL_FAIL}=true", "--overwrite")
         except Exception as e:  # reported by the test through self.errors
             self.errors.append(f"{name}: {e!r}")
+            # fail the step instead of leaving its pod Running until the test's timeout
+            self.kubectl.run("label", "pod", name, "-n", self.namespace, f"{E2E_LABEL_FAIL}=true")
 
     def run(self) -> None:  # noqa: D102 (threading.Thread API)
         while not self._halt.is_set():
-            proc = self.kubectl.run(
-                "get", "pods", "-n", self.namespace, "-l", WORKFLOW_LABEL, "-o", "json"
-            )
-            if proc.returncode == 0:
-                for pod in json.loads(proc.stdout)["items"]:
+            try:
+                proc = self.kubectl.run(
+                    "get", "pods", "-n", self.namespace, "-l", WORKFLOW_LABEL, "-o", "json"
+                )
+                pods = json.loads(proc.stdout)["items"] if proc.returncode == 0 else []
+            except (subprocess.TimeoutExpired, ValueError, KeyError) as e:
+                self.errors.append(f"listing pods: {e!r}")  # an API hiccup: poll again
+                pods = []
+            if not self._halt.is_set():
+                for pod in pods:
                     name = pod["metadata"]["name"]
                     action = resource_action(pod)
                     running = (pod.get("status") or {}).get("phase") == "Running"
@@ -175,9 +183,14 @@ class ResourceStepRunner(threading.Thread):
             time.sleep(self.poll)
 
     def stop(self) -> None:
-        """Stop watching; kill argoexec processes still waiting on their resource."""
+        """Stop watching, kill argoexec processes still waiting on their resource, and remove
+        the kubeconfigs (ServiceAccount tokens)."""
         self._halt.set()
-        for p in self._procs:
-            if p.poll() is None:
-                p.kill()
         self.join(timeout=10)
+        for _ in range(2):  # a worker may start its process while the first pass runs
+            for p in self._procs:
+                if p.poll() is None:
+                    p.kill()
+            for t in self._workers:
+                t.join(timeout=10)
+        shutil.rmtree(self._dir, ignore_errors=True)
