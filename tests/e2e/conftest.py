@@ -10,7 +10,8 @@ collect this directory.
 Helpers (plain functions/classes) live in ``e2e_kube.py``. Fixtures: ``kubeconfig`` (admin
 kubeconfig path), ``kubectl`` (a :class:`Kubectl`), ``namespace`` (a fresh namespace per test,
 deleted afterwards), ``sa_kubeconfig`` (a kubeconfig holding a ServiceAccount's token from the
-TokenRequest API), ``restricted_pod_spec``.
+TokenRequest API), ``restricted_pod_spec``, ``platform`` (the installed platform and its running
+controllers).
 """
 
 from __future__ import annotations
@@ -48,6 +49,17 @@ def kubectl(kubeconfig: Path) -> Kubectl:
     if proc.returncode != 0 or proc.stdout.strip() != "ok":
         pytest.fail(f"e2e API server not ready: {proc.stdout.strip()} {proc.stderr.strip()}")
     return k
+
+
+@pytest.fixture(scope="session")
+def platform(kubectl: Kubectl, kubeconfig: Path, tmp_path_factory: pytest.TempPathFactory):
+    """The platform installed by ``scripts/install-platform.sh`` (offline) with the upstream
+    controllers running as local processes (``controllers.py``), once per session."""
+    import controllers
+
+    p = controllers.acquire_platform(kubeconfig, tmp_path_factory.mktemp("controllers"))
+    yield p
+    controllers.release_platform()
 
 
 @pytest.fixture

@@ -22,7 +22,6 @@ for PVCs (pkg/webhook/admission/pod/storage_initializer_injector.go), and the te
 from __future__ import annotations
 
 import uuid
-from pathlib import Path
 
 import controllers
 import pytest
@@ -32,14 +31,6 @@ from e2e_kube import REPO_ROOT, Kubectl, wait_until
 OVERLAY = REPO_ROOT / "overlays" / "local-k3d"
 MODE_ANNOTATION = "serving.kserve.io/deploymentMode"
 TIMEOUT_S = 120
-
-
-@pytest.fixture(scope="session")
-def platform(kubectl: Kubectl, kubeconfig: Path, tmp_path_factory: pytest.TempPathFactory):
-    """The installed platform with its controllers running (shared with the other modules)."""
-    p = controllers.acquire_platform(kubeconfig, tmp_path_factory.mktemp("controllers"))
-    yield p
-    controllers.release_platform()
 
 
 @pytest.fixture

@@ -30,13 +30,6 @@ VARIANTS = ("cnn", "dropout", "batch-norm")
 FAIL_ON_NODE = '{"e2e.fashion-mnist/fail": "true"}'
 
 
-@pytest.fixture(scope="module")
-def platform(kubeconfig, tmp_path_factory):
-    p = controllers.acquire_platform(kubeconfig, tmp_path_factory.mktemp("controllers"))
-    yield p
-    controllers.release_platform()
-
-
 def _env(kubectl: Kubectl, kubeconfig) -> dict[str, str]:
     return {
         **os.environ,

@@ -32,7 +32,7 @@ from pathlib import Path
 import controllers
 import pytest
 import yaml
-from e2e_kube import REPO_ROOT, Kubectl, versions_env
+from e2e_kube import REPO_ROOT, versions_env
 
 PARTS = [
     "cert-manager",
@@ -43,14 +43,6 @@ PARTS = [
     "argo-workflows",
 ]
 WEBHOOK_KINDS = {"ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"}
-
-
-@pytest.fixture(scope="session")
-def platform(kubectl: Kubectl, kubeconfig: Path, tmp_path_factory: pytest.TempPathFactory):
-    """The installed platform with its controllers running (shared with the other modules)."""
-    p = controllers.acquire_platform(kubeconfig, tmp_path_factory.mktemp("controllers"))
-    yield p
-    controllers.release_platform()
 
 
 @pytest.fixture(scope="module")

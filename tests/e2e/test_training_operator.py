@@ -31,14 +31,6 @@ OVERLAY = REPO_ROOT / "overlays" / "local-k3d"
 WORKERS_TIMEOUT_S = 120
 
 
-@pytest.fixture(scope="session")
-def platform(kubectl: Kubectl, kubeconfig: Path, tmp_path_factory: pytest.TempPathFactory):
-    """The installed platform with its controllers running (shared with the other modules)."""
-    p = controllers.acquire_platform(kubeconfig, tmp_path_factory.mktemp("controllers"))
-    yield p
-    controllers.release_platform()
-
-
 @pytest.fixture(scope="module")
 def overlay(kubectl: Kubectl) -> list[dict]:
     """The rendered local-k3d overlay."""
