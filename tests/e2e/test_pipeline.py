@@ -22,6 +22,7 @@ import time
 
 import controllers
 import pytest
+import yaml
 from argo_executor import ResourceStepRunner
 from e2e_kube import REPO_ROOT, Kubectl
 
@@ -185,3 +186,32 @@ def test_failed_training_fails_the_dev_loop_promptly(first_run, deployed, kubect
         if "terminated" in s.get("state", {})
     }
     assert codes <= {1}, codes
+
+
+def test_overlays_apply_cleanly_and_idempotently(deployed, kubectl: Kubectl, namespace: str):
+    """The README's ``deploy.sh local-k3d`` left nothing to change (``kubectl diff`` exits 0
+    under its field manager), and ``overlays/gpu-cloud`` is accepted by the API server and the
+    KServe/training-operator webhooks: a server-side dry run into a fresh namespace (the PVC of
+    local-k3d cannot change class in place, and the kwok nodes have no GPUs)."""
+    diff = kubectl.run(
+        "diff", "--server-side", "--field-manager=fashion-mnist-deploy",
+        "-k", str(REPO_ROOT / "overlays/local-k3d"),
+    )  # fmt: skip
+    assert diff.returncode == 0, diff.stdout + diff.stderr
+    docs = [
+        d
+        for d in yaml.safe_load_all(kubectl("kustomize", str(REPO_ROOT / "overlays/gpu-cloud")))
+        if d
+    ]
+    moved = []
+    for d in docs:
+        if d["kind"] == "Namespace":
+            continue
+        d["metadata"]["namespace"] = namespace
+        for subject in d.get("subjects") or []:
+            if subject.get("namespace") == NAMESPACE:
+                subject["namespace"] = namespace
+        moved.append(d)
+    dry = kubectl.apply(moved, "--server-side", "--dry-run=server", "--field-manager=e2e")
+    assert "inferenceservice.serving.kserve.io/fashion-mnist serverside-applied" in dry, dry
+    assert "workflowtemplate.argoproj.io/fashion-mnist-pipeline serverside-applied" in dry, dry
