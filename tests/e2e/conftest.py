@@ -64,8 +64,10 @@ def platform(kubectl: Kubectl, kubeconfig: Path, tmp_path_factory: pytest.TempPa
 
 @pytest.fixture
 def namespace(kubectl: Kubectl, request: pytest.FixtureRequest) -> Iterator[str]:
-    """A new namespace ``e2e-<test>-<random>``, deleted (without waiting) after the test."""
-    stem = "".join(c if c.isalnum() else "-" for c in request.node.name.lower())[:40].strip("-")
+    """A new namespace ``e2e-<test>-<random>``, deleted (without waiting) after the test. At
+    most 27 characters: KServe's predictor host label ``<isvc>-predictor-<namespace>`` must fit
+    in 63."""
+    stem = "".join(c if c.isalnum() else "-" for c in request.node.name.lower())[:16].strip("-")
     name = f"e2e-{stem}-{uuid.uuid4().hex[:6]}"
     kubectl("create", "namespace", name)
     wait_until(

@@ -21,32 +21,13 @@ for PVCs (pkg/webhook/admission/pod/storage_initializer_injector.go), and the te
 
 from __future__ import annotations
 
-import uuid
-
 import controllers
-import pytest
 import yaml
 from e2e_kube import REPO_ROOT, Kubectl, wait_until
 
 OVERLAY = REPO_ROOT / "overlays" / "local-k3d"
 MODE_ANNOTATION = "serving.kserve.io/deploymentMode"
 TIMEOUT_S = 120
-
-
-@pytest.fixture
-def short_namespace(kubectl: Kubectl):
-    """A fresh namespace with a short name: KServe builds the predictor's host label as
-    ``<isvc>-predictor-<namespace>``, which must fit in 63 characters (the conftest namespace
-    names are longer; the project's own ``fashion-mnist`` namespace fits)."""
-    name = f"e2e-isvc-{uuid.uuid4().hex[:6]}"
-    kubectl("create", "namespace", name)
-    wait_until(
-        lambda: kubectl.run("get", "serviceaccount", "default", "-n", name).returncode == 0,
-        timeout=30,
-        what=f"ServiceAccount default in {name}",
-    )
-    yield name
-    kubectl.run("delete", "namespace", name, "--wait=false")
 
 
 def rendered(kubectl: Kubectl, kind: str) -> dict:
@@ -75,9 +56,8 @@ def standard_mode(isvc: dict, namespace: str) -> dict:
 
 
 def test_inference_service_reconciled_with_pvc_mount_and_logger(
-    platform, kubectl, kubeconfig, short_namespace
+    platform, kubectl, kubeconfig, namespace
 ):
-    namespace = short_namespace
     isvc = rendered(kubectl, "InferenceService")
     pvc = rendered(kubectl, "PersistentVolumeClaim")
     controllers.provide_volume(kubeconfig, pvc, namespace)
