@@ -20,7 +20,6 @@ Container steps (ingest, select) are completed by kwok without running anything.
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 import shutil
@@ -30,7 +29,6 @@ import threading
 import time
 from pathlib import Path
 
-import yaml
 from e2e_kube import E2E_ANNOTATION_EXIT_CODE, E2E_LABEL_FAIL, Kubectl
 
 ANNOTATION_EXECUTED = "e2e.fashion-mnist/executed"
@@ -93,33 +91,13 @@ class ResourceStepRunner(threading.Thread):
         self.errors: list[str] = []
 
     def _kubeconfig(self, pod: dict) -> Path:
+        """A kubeconfig of the pod's ServiceAccount, its CA inline (argoexec's /tmp is a
+        private tmpfs, so no file path under /tmp would resolve)."""
+        from controllers import sa_kubeconfig
+
         sa = pod["spec"].get("serviceAccountName") or "default"
-        token = self.kubectl("create", "token", sa, "-n", self.namespace).strip()
-        admin = yaml.safe_load(self.kubectl.kubeconfig.read_text())
-        ctx = next(c for c in admin["contexts"] if c["name"] == admin["current-context"])
-        cluster = next(c for c in admin["clusters"] if c["name"] == ctx["context"]["cluster"])
-        cluster = dict(cluster["cluster"])
-        if "certificate-authority" in cluster:  # inline: argoexec's /tmp is a private tmpfs
-            ca = Path(cluster.pop("certificate-authority")).read_bytes()
-            cluster["certificate-authority-data"] = base64.b64encode(ca).decode()
-        user = f"system:serviceaccount:{self.namespace}:{sa}"
-        doc = {
-            "apiVersion": "v1",
-            "kind": "Config",
-            "clusters": [{"name": "e2e", "cluster": cluster}],
-            "users": [{"name": user, "user": {"token": token}}],
-            "contexts": [
-                {
-                    "name": "e2e",
-                    "context": {"cluster": "e2e", "user": user, "namespace": self.namespace},
-                }
-            ],
-            "current-context": "e2e",
-        }
-        path = self._dir / f"{pod['metadata']['name']}.kubeconfig"
-        path.write_text(yaml.safe_dump(doc))
-        path.chmod(0o600)
-        return path
+        dest = self._dir / f"{pod['metadata']['name']}.kubeconfig"
+        return sa_kubeconfig(self.kubectl.kubeconfig, self.namespace, sa, dest)
 
     def _execute(self, pod: dict, action: str) -> None:
         name = pod["metadata"]["name"]

@@ -22,7 +22,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-import yaml
 from e2e_kube import Kubectl, wait_until
 
 
@@ -85,30 +84,11 @@ def sa_kubeconfig(kubectl: Kubectl, kubeconfig: Path, tmp_path: Path) -> Callabl
     whose only credential is a token of ServiceAccount ``namespace/name`` issued by the
     TokenRequest API (``kubectl create token``); cluster and CA are the admin kubeconfig's."""
 
+    import controllers
+
     def make(namespace: str, name: str, duration: str = "1h") -> Path:
-        token = kubectl("create", "token", name, "-n", namespace, f"--duration={duration}").strip()
-        admin = yaml.safe_load(kubeconfig.read_text())
-        current = admin["current-context"]
-        context = next(c["context"] for c in admin["contexts"] if c["name"] == current)
-        cluster = next(c["cluster"] for c in admin["clusters"] if c["name"] == context["cluster"])
-        cluster = {k: v for k, v in cluster.items() if k != "certificate-authority"} | (
-            {"certificate-authority": str(Path(cluster["certificate-authority"]).resolve())}
-            if "certificate-authority" in cluster
-            else {}
-        )
-        user = f"system:serviceaccount:{namespace}:{name}"
-        doc = {
-            "apiVersion": "v1",
-            "kind": "Config",
-            "clusters": [{"name": "e2e", "cluster": cluster}],
-            "users": [{"name": user, "user": {"token": token}}],
-            "contexts": [{"name": "e2e", "context": {"cluster": "e2e", "user": user}}],
-            "current-context": "e2e",
-        }
-        path = tmp_path / f"kubeconfig-{namespace}-{name}"
-        path.write_text(yaml.safe_dump(doc))
-        path.chmod(0o600)
-        return path
+        dest = tmp_path / f"kubeconfig-{namespace}-{name}"
+        return controllers.sa_kubeconfig(kubeconfig, namespace, name, dest, duration)
 
     return make
 
