@@ -4,6 +4,7 @@
 # whose sync waves order the platform apps before the ML overlay.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+ARGOCD_VERSION="$(pinned_version ARGOCD_VERSION)"
 BOOTSTRAP_SELECTOR="fashion-mnist.example.com/bootstrap=true"
 if wants_help "${1:-}" || [[ $# -ne 1 ]]; then
   cat <<USAGE

@@ -7,6 +7,9 @@
 # Idempotent: server-side apply everywhere, re-running changes nothing.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+KSERVE_VERSION="$(pinned_version KSERVE_VERSION)"
+TRAINING_OPERATOR_VERSION="$(pinned_version TRAINING_OPERATOR_VERSION)"
+ARGO_WORKFLOWS_VERSION="$(pinned_version ARGO_WORKFLOWS_VERSION)"
 if wants_help "${1:-}"; then
   cat <<USAGE
 usage: scripts/install-platform.sh [--render DIR]

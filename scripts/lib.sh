@@ -36,6 +36,25 @@ environment() {
   echo "$1"
 }
 
+# pinned_version KEY: the version of a remote base, read from the one place it is stated, the URL
+# in its kustomization (kustomize cannot read versions.env): KSERVE_VERSION (base/platform/kserve;
+# kserve-runtimes names the same release, `make validate` check remote-refs),
+# ARGO_WORKFLOWS_VERSION, TRAINING_OPERATOR_VERSION (`?ref=`), ARGOCD_VERSION (argocd/install).
+pinned_version() {
+  local dir v
+  case "$1" in
+    KSERVE_VERSION) dir=base/platform/kserve ;;
+    ARGO_WORKFLOWS_VERSION) dir=base/platform/argo-workflows ;;
+    TRAINING_OPERATOR_VERSION) dir=base/platform/training-operator ;;
+    ARGOCD_VERSION) dir=argocd/install ;;
+    *) die "no remote base pins $1" ;;
+  esac
+  v="$(sed -nE 's#^[[:space:]]*-[[:space:]]+(https://|github\.com/)[^[:space:]]*(/|[?]ref=)(v[0-9]+[.][0-9]+[.][0-9]+)(/[^[:space:]]*)?$#\3#p' \
+    "${REPO_ROOT}/${dir}/kustomization.yaml" | sort -u)"
+  [[ "${v}" =~ ^v[0-9.]+$ ]] || die "${dir}/kustomization.yaml: no single version in its remote base URL (got '${v//$'\n'/ }')"
+  echo "${v}"
+}
+
 # overlay_param OVERLAY NAME: the value of the pipeline parameter NAME as overlays/OVERLAY
 # renders it (e.g. `image`: the environment's image repository + the one tag).
 overlay_param() {
@@ -111,29 +130,30 @@ wait_workflow() {
 
 # mirror_kustomization SRC DEST: copy the kustomization directory SRC to DEST; with
 # UPSTREAM_MIRROR_DIR set (offline), each pinned remote resource of it is replaced by its
-# mirror file (the URL -> file mapping of src/validation/render.py, from versions.env).
+# mirror file (the URL -> file mapping of src/validation/render.py: REMOTES).
 mirror_kustomization() {
   mkdir -p "$2"
   cp -r "$1/." "$2/"
   [[ -n "${UPSTREAM_MIRROR_DIR:-}" ]] || return 0
   PYTHONPATH="${REPO_ROOT}/src${PYTHONPATH:+:${PYTHONPATH}}" "${PYTHON}" - "$2" \
-    "${UPSTREAM_MIRROR_DIR}" "${REPO_ROOT}/versions.env" <<'PY'
+    "${UPSTREAM_MIRROR_DIR}" <<'PY'
 import shutil
 import sys
 from pathlib import Path
 
 import yaml
-from validation.render import parse_versions_env, remote_refs
+from validation.render import pinned
 
 kdir, mirror = Path(sys.argv[1]), Path(sys.argv[2])
-refs = remote_refs(parse_versions_env(Path(sys.argv[3])))
 kfile = kdir / "kustomization.yaml"
 k = yaml.safe_load(kfile.read_text())
 resources = []
 for r in k.get("resources") or []:
-    if r in refs:
-        shutil.copyfile(mirror / refs[r], kdir / refs[r])
-        r = refs[r]
+    if pin := pinned(r):
+        if not (mirror / pin[2]).is_file():
+            sys.exit(f"error: no mirror file {mirror / pin[2]} (stands for {r})")
+        shutil.copyfile(mirror / pin[2], kdir / pin[2])
+        r = pin[2]
     elif "://" in r or r.startswith("github.com/"):
         sys.exit(f"error: no mirror file for remote resource {r}")
     resources.append(r)

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Build the pinned upstream Go programs the e2e control plane and `make validate` run
 # (kube-apiserver, etcd, kwok, kubeconform, the upstream controllers), into a cache OUTSIDE
-# the clone. Nothing built here is committed; versions come only from versions.env.
+# the clone. Nothing built here is committed; versions come from versions.env, or for a remote
+# base of the manifests (KSERVE_VERSION, TRAINING_OPERATOR_VERSION) from its kustomization URL
+# (lib.sh: pinned_version).
 #
 # Usage:
 #   scripts/tools.sh [TOOL...]          build the named recipes (default: every hack/tools/*.sh);
@@ -18,7 +20,8 @@
 #
 # Recipe contract: hack/tools/<tool>.sh is a bash file SOURCED (in a subshell) by this script.
 # It must set:
-#   TOOL_VERSION_KEY   key in versions.env holding the version (e.g. KUBERNETES_VERSION);
+#   TOOL_VERSION_KEY   key in versions.env holding the version (e.g. KUBERNETES_VERSION), or a
+#                      key lib.sh's pinned_version reads from a kustomization URL;
 #                      a missing leading "v" is added (so 1.2.3 is required as v-prefixed) unless
 #                      tool_module_version is defined.
 #   TOOL_MODULE        the upstream Go module to require (e.g. k8s.io/kubernetes)
@@ -49,6 +52,7 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+source "$ROOT/scripts/lib.sh" # pinned_version (its die and log are redefined below)
 RECIPES="$ROOT/hack/tools"
 CACHE="${FMNIST_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/fashion-mnist-gitops/tools}"
 TIMEFORMAT='%R %U %S' # what `time` writes to build-time
@@ -59,10 +63,10 @@ BUILD_TMP=""
 trap 'if [[ -n "$BUILD_TMP" ]]; then rm -rf "$BUILD_TMP"; fi' EXIT
 log() { echo "tools.sh: $*" >&2; }
 
-versions_get() { # KEY -> value from versions.env (the only place versions live)
+versions_get() { # KEY -> value from versions.env, else from the remote base that pins it
   local v
   v="$(sed -n "s/^$1=//p" "$ROOT/versions.env" | tail -n1)"
-  [[ -n "$v" ]] || die "versions.env has no $1"
+  if [[ -z "$v" ]]; then v="$(pinned_version "$1" 2>/dev/null)" || die "versions.env has no $1"; fi
   printf '%s\n' "$v"
 }
 

@@ -21,7 +21,6 @@ from validation.render import (
     find_repo_root,
     parse_versions_env,
     prepare_tree,
-    remote_refs,
     render_all,
 )
 
@@ -43,11 +42,10 @@ def run(root: Path, kusts: list[str] | None = None, mirror_dir: Path | None = No
     Returns (findings, rendered objects by kustomization); FileNotFoundError for a missing
     mirror file or kubectl, ValueError for a bad versions.env."""
     versions = parse_versions_env(root / "versions.env")
-    remotes = remote_refs(versions)
     with tempfile.TemporaryDirectory(prefix="validation-") as tmp:
-        findings = prepare_tree(root, Path(tmp) / "tree", remotes, mirror_dir)
+        findings, mirrors = prepare_tree(root, Path(tmp) / "tree", mirror_dir)
         kusts = kusts or discover_kustomizations(root)
-        rendered, errors = render_all(Path(tmp) / "tree", kusts, remotes)
+        rendered, errors = render_all(Path(tmp) / "tree", kusts, mirrors)
         findings += [finding("render", err, kustomization=k) for k, err in errors.items()]
         expanded = {k: expand(objs) for k, objs in rendered.items()}
         every = [o for objs, _ in expanded.values() for o in objs]

@@ -25,6 +25,28 @@ ORIGIN = "config.kubernetes.io/origin"
 MIRROR_PREFIX = "_mirror_"
 CRD_DOC = re.compile(r"^kind:[ \t]*CustomResourceDefinition[ \t]*$", re.M)
 DOC_SEPARATOR = re.compile(r"^---[ \t]*(?:#.*)?$", re.M)
+# The remote bases: (component, URL, offline mirror file), "{}" standing for the version. The
+# kustomization's URL is the one place a version is stated (scripts: lib.sh pinned_version).
+KSERVE = "https://github.com/kserve/kserve/releases/download/{}"
+REMOTES = [
+    (
+        "training-operator",
+        "github.com/kubeflow/trainer.git//manifests/overlays/standalone?ref={}",
+        "training-operator-{}-standalone.yaml",
+    ),
+    (
+        "argo-workflows",
+        "https://github.com/argoproj/argo-workflows/releases/download/{}/install.yaml",
+        "argo-workflows-{}-install.yaml",
+    ),
+    ("kserve", f"{KSERVE}/kserve.yaml", "kserve-{}.yaml"),
+    ("kserve", f"{KSERVE}/kserve-cluster-resources.yaml", "kserve-cluster-resources-{}.yaml"),
+    (
+        "argo-cd",
+        "https://raw.githubusercontent.com/argoproj/argo-cd/{}/manifests/install.yaml",
+        "argo-cd-{}-install.yaml",
+    ),
+]
 
 
 def find_repo_root(start: Path | None = None) -> Path:
@@ -49,22 +71,12 @@ def parse_versions_env(path: Path) -> dict[str, str]:
     return out
 
 
-def remote_refs(v: dict[str, str]) -> dict[str, str]:
-    """Every pinned remote base (kustomize ref or URL) -> its mirror file, from versions.env."""
-    to, aw = v["TRAINING_OPERATOR_VERSION"], v["ARGO_WORKFLOWS_VERSION"]
-    ks, cd = v["KSERVE_VERSION"], v["ARGOCD_VERSION"]
-    kserve = f"https://github.com/kserve/kserve/releases/download/{ks}"
-    argo = f"https://github.com/argoproj/argo-workflows/releases/download/{aw}"
-    trainer = "github.com/kubeflow/trainer.git//manifests/overlays/standalone"
-    return {
-        f"{trainer}?ref={to}": f"training-operator-{to}-standalone.yaml",
-        f"{argo}/install.yaml": f"argo-workflows-{aw}-install.yaml",
-        f"{kserve}/kserve.yaml": f"kserve-{ks}.yaml",
-        f"{kserve}/kserve-cluster-resources.yaml": f"kserve-cluster-resources-{ks}.yaml",
-        f"https://raw.githubusercontent.com/argoproj/argo-cd/{cd}/manifests/install.yaml": (
-            f"argo-cd-{cd}-install.yaml"
-        ),
-    }
+def pinned(remote: str) -> tuple[str, str, str] | None:
+    """(component, version, mirror file) of a remote base :data:`REMOTES` knows; None if not."""
+    for component, url, mirror in REMOTES:
+        if m := re.fullmatch(re.escape(url).replace(r"\{\}", r"(v\d+\.\d+\.\d+)"), remote):
+            return component, m.group(1), mirror.format(m.group(1))
+    return None
 
 
 def kubectl_path() -> str:
@@ -87,34 +99,44 @@ def without_crds(text: str) -> str:
     return "---".join(c for c in DOC_SEPARATOR.split(text) if not CRD_DOC.search(c))
 
 
-def prepare_tree(root: Path, dest: Path, remotes: dict, mirror: Path | None) -> list[Finding]:
+def prepare_tree(root: Path, dest: Path, mirror: Path | None) -> tuple[list[Finding], dict]:
     """Copy the manifest dirs to ``dest`` with origin annotations on; with ``mirror``, each
     pinned remote base becomes a copy of its mirror file (CRDs dropped); FileNotFoundError for
-    a missing mirror file. Returns the ``remote-refs`` findings."""
-    out = []
+    a missing mirror file.
+
+    Returns the ``remote-refs`` findings (a remote base :data:`REMOTES` does not know, two
+    releases of one component) and {mirror file: remote base}."""
+    out, mirrors, releases = [], {}, {}
     for top in MANIFEST_DIRS:
         shutil.copytree(root / top, dest / top, dirs_exist_ok=True)
-    for f in (f for top in MANIFEST_DIRS for f in (dest / top).rglob(KUSTOMIZATION)):
-        k = yaml.safe_load(f.read_text()) or {}
+    for f in sorted(f for top in MANIFEST_DIRS for f in (dest / top).rglob(KUSTOMIZATION)):
+        k, rel = yaml.safe_load(f.read_text()) or {}, f.relative_to(dest).as_posix()
         k["buildMetadata"] = sorted({*(k.get("buildMetadata") or []), "originAnnotations"})
         for i, res in enumerate(k.get("resources") or []):
-            if ("://" in res or res.startswith("github.com/")) and res not in remotes:
-                msg = f"remote base {res} is not one versions.env pins ({sorted(remotes)})"
-                rel = f.relative_to(dest).as_posix()
+            if "://" not in res and not res.startswith("github.com/"):
+                continue
+            if (pin := pinned(res)) is None:
+                msg = f"remote base {res} is none of the pinned upstreams (render.REMOTES)"
                 out.append(finding("remote-refs", msg, file=rel, field="resources"))
-            elif mirror is not None and res in remotes:
-                if not (src := mirror / remotes[res]).is_file():
+                continue
+            releases.setdefault(pin[0], {}).setdefault(pin[1], []).append(rel)
+            if mirror is not None:
+                if not (src := mirror / pin[2]).is_file():
                     raise FileNotFoundError(f"mirror {src} missing (stands for {res})")
-                k["resources"][i] = MIRROR_PREFIX + remotes[res]
+                k["resources"][i] = MIRROR_PREFIX + pin[2]
+                mirrors[MIRROR_PREFIX + pin[2]] = res
                 (f.parent / k["resources"][i]).write_text(without_crds(src.read_text()))
         f.write_text(yaml.safe_dump(k, sort_keys=False))
-    return out
+    for component, by_version in releases.items():
+        for version, files in by_version.items() if len(by_version) > 1 else ():
+            msg = f"{component} {version} here, other releases: {sorted(by_version)}"
+            out += [finding("remote-refs", msg, file=rel, field="resources") for rel in files]
+    return out, mirrors
 
 
-def to_objects(kust: str, docs: list[dict], remotes: dict[str, str]) -> list[Obj]:
+def to_objects(kust: str, docs: list[dict], mirrors: dict[str, str]) -> list[Obj]:
     """Objects with their source (repo-relative file, or ``upstream:<remote>``), without the
     origin annotations added to find it."""
-    mirrors = {MIRROR_PREFIX + m: url for url, m in remotes.items()}
     out = []
     for doc in docs:
         meta = doc.setdefault("metadata", {})
@@ -132,7 +154,7 @@ def to_objects(kust: str, docs: list[dict], remotes: dict[str, str]) -> list[Obj
     return out
 
 
-def render_all(tree: Path, kusts: list[str], remotes: dict[str, str]) -> tuple[dict, dict]:
+def render_all(tree: Path, kusts: list[str], mirrors: dict[str, str]) -> tuple[dict, dict]:
     """Render kustomizations of a prepared tree (kustomize runs in parallel threads).
 
     Returns (objects by kustomization, error message by kustomization)."""
@@ -149,7 +171,7 @@ def render_all(tree: Path, kusts: list[str], remotes: dict[str, str]) -> tuple[d
             docs = [d for d in yaml.load_all(proc.stdout, Loader=loader) if d]  # noqa: S506
         except yaml.YAMLError as e:
             return kust, None, f"kubectl kustomize {kust}: output is not YAML: {e}"
-        return kust, to_objects(kust, docs, remotes), ""
+        return kust, to_objects(kust, docs, mirrors), ""
 
     rendered, errors = {}, {}
     with ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2)) as pool:

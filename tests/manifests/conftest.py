@@ -74,6 +74,7 @@ def broken(tmp_path, sources):
 
     class Tree:
         root = tmp_path
+        mirror_dir = sources["mirror_dir"]
 
         def edit(self, rel: str, fn, kind: str | None = None, name: str | None = None) -> None:
             """Apply ``fn`` to the document of a YAML file with this kind/name (the only one

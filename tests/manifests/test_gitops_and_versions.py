@@ -1,8 +1,12 @@
-"""GitOps topic (Argo CD sync waves, drift) and versions (remote bases pinned by versions.env)."""
+"""GitOps topic (Argo CD sync waves, drift) and versions (remote bases, one release each)."""
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
+
+from validation.main import run
 
 from .manifest_refs import PVC, only
 
@@ -70,17 +74,33 @@ def test_memoize_cache_in_git_is_ignored_by_argocd(broken):
     assert not [f for f in broken.check(APPS, "overlays/local-k3d") if f.check == "argocd-drift"]
 
 
-@pytest.mark.parametrize(
-    ("rel", "old", "new"),
-    [
-        ("base/platform/training-operator/kustomization.yaml", "?ref=v1.9.4", "?ref=v1.9.3"),
-        ("base/platform/kserve/kustomization.yaml", "download/v0.20.0/", "download/v0.19.0/"),
-        ("argocd/install/kustomization.yaml", "argo-cd/v3.5.1/", "argo-cd/v3.5.0/"),
-    ],
-)
-def test_remote_bases_are_the_ones_versions_env_pins(broken, rel, old, new):
-    broken.replace(rel, old, new)
-    kust = rel.rsplit("/", 1)[0]
-    hits = only(broken.check(kust), "remote-refs")
-    assert {(f.file, f.field) for f in hits} == {(rel, "resources")}
-    assert new.strip("/?") in hits[0].message
+KSERVE = "base/platform/kserve/kustomization.yaml"
+RUNTIMES = "base/platform/kserve-runtimes/kustomization.yaml"
+
+
+def test_remote_base_must_be_a_pinned_upstream(broken):
+    broken.replace(KSERVE, "https://github.com/kserve/", "https://example.com/kserve/")
+    (f,) = only(broken.check("base/platform/kserve"), "remote-refs")
+    assert (f.file, f.field) == (KSERVE, "resources")
+    assert "https://example.com/kserve/kserve/releases/download/v0.20.0/kserve.yaml" in f.message
+
+
+def test_one_release_per_component(broken, tmp_path):
+    """KServe's release is named by two kustomizations (controller, runtimes): they agree."""
+    mirror = tmp_path / "mirror"
+    shutil.copytree(broken.mirror_dir, mirror)
+    old = mirror / "kserve-cluster-resources-v0.20.0.yaml"
+    (mirror / "kserve-cluster-resources-v0.19.0.yaml").write_text(old.read_text())
+    broken.replace(RUNTIMES, "download/v0.20.0/", "download/v0.19.0/")
+    findings = run(broken.root, ["base/platform/kserve-runtimes"], mirror)[0]
+    hits = only(findings, "remote-refs")
+    assert {(f.file, f.field) for f in hits} == {(KSERVE, "resources"), (RUNTIMES, "resources")}
+    assert all("v0.19.0" in f.message and "v0.20.0" in f.message for f in hits)
+
+
+def test_a_version_without_a_mirror_file_is_a_config_error(broken):
+    broken.replace(
+        "base/platform/training-operator/kustomization.yaml", "?ref=v1.9.4", "?ref=v1.9.3"
+    )
+    with pytest.raises(FileNotFoundError, match="training-operator-v1.9.3-standalone.yaml"):
+        broken.check("base/platform/training-operator")

@@ -1,4 +1,5 @@
-"""versions.env is the one place for versions; scripts are valid bash with --help."""
+"""Versions are stated once (versions.env, or a remote base's URL); scripts are valid bash with
+--help."""
 
 from __future__ import annotations
 
@@ -7,39 +8,82 @@ import subprocess
 
 import pytest
 
-from validation.render import parse_versions_env, remote_refs
+from validation.render import REMOTES, parse_versions_env, pinned
 
 from .conftest import ROOT
 
 SCRIPTS = sorted((ROOT / "scripts").glob("*.sh"))
 VERSIONS = parse_versions_env(ROOT / "versions.env")
+# The remote bases' versions: stated in their kustomization's URL only.
+IN_URLS = {
+    "KSERVE_VERSION": ("base/platform/kserve", "v0.20.0"),
+    "TRAINING_OPERATOR_VERSION": ("base/platform/training-operator", "v1.9.4"),
+    "ARGO_WORKFLOWS_VERSION": ("base/platform/argo-workflows", "v4.1.2"),
+    "ARGOCD_VERSION": ("argocd/install", "v3.5.1"),
+}
 
 
-def test_versions_env_pins_everything():
+def test_versions_env_pins_everything_else():
     for key in (
         "KUBERNETES_VERSION",
         "K3S_IMAGE",
         "K3D_VERSION",
-        "TRAINING_OPERATOR_VERSION",
-        "ARGO_WORKFLOWS_VERSION",
-        "KSERVE_VERSION",
-        "ARGOCD_VERSION",
         "KNATIVE_SERVING_VERSION",
         "CERT_MANAGER_VERSION",
         "PYTHON_BASE_IMAGE",
         "KUBECONFORM_VERSION",
     ):
         assert VERSIONS.get(key), key
-    assert VERSIONS["TRAINING_OPERATOR_VERSION"] == "v1.9.4"
-    assert VERSIONS["ARGO_WORKFLOWS_VERSION"] == "v4.1.2"
-    assert VERSIONS["KSERVE_VERSION"] == "v0.20.0"
-    assert VERSIONS["ARGOCD_VERSION"] == "v3.5.1"
+    assert not set(VERSIONS) & set(IN_URLS)  # stated once: in the URL
+
+
+def url_versions(kust: str) -> set[str]:
+    """Versions of the pinned remote bases of a kustomization, read by the validator."""
+    text = (ROOT / kust / "kustomization.yaml").read_text()
+    return {pin[1] for line in text.splitlines() if (pin := pinned(line.strip(" -")))}
+
+
+@pytest.mark.parametrize("key", IN_URLS)
+def test_scripts_read_remote_base_versions_from_the_url(key):
+    kust, version = IN_URLS[key]
+    proc = subprocess.run(
+        ["bash", "-c", f'source scripts/lib.sh && pinned_version "{key}"'],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert (proc.returncode, proc.stdout) == (0, f"{version}\n"), proc.stderr
+    assert url_versions(kust) == {version}
+
+
+def test_tool_versions_follow_the_urls():
+    """The e2e controllers build at the release the manifests install (no Go build here:
+    --list only computes the cache entries)."""
+    proc = subprocess.run([ROOT / "scripts/tools.sh", "--list"], capture_output=True, text=True)
+    tools = {line.split()[0]: line.split()[1] for line in proc.stdout.splitlines()}
+    assert tools["kserve"] == IN_URLS["KSERVE_VERSION"][1]
+    assert tools["training-operator"] == IN_URLS["TRAINING_OPERATOR_VERSION"][1]
+    assert tools["kubeconform"] == VERSIONS["KUBECONFORM_VERSION"]
+
+
+def test_pinned_version_fails_in_one_line(tmp_path):
+    """A kustomization URL that names no version is an error, not an empty version."""
+    (tmp_path / "scripts").mkdir()
+    for f in ("scripts/lib.sh", "versions.env"):
+        (tmp_path / f).write_text((ROOT / f).read_text())
+    kust = tmp_path / "argocd/install/kustomization.yaml"
+    kust.parent.mkdir(parents=True)
+    kust.write_text("resources:\n  - https://example.com/install.yaml\n")
+    cmd = ["bash", "-c", "source scripts/lib.sh && pinned_version ARGOCD_VERSION"]
+    proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True)
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert proc.stderr.startswith("error: argocd/install") and proc.stderr.count("\n") == 1
 
 
 def test_every_pinned_remote_is_used():
     text = "\n".join(p.read_text() for p in ROOT.glob("*/**/kustomization.yaml"))
-    for url in remote_refs(VERSIONS):
-        assert url in text, url
+    for _, url, _ in REMOTES:
+        assert re.search(re.escape(url).replace(r"\{\}", r"v[\d.]+"), text), url
 
 
 def test_dockerfile_base_image_matches_versions_env():
