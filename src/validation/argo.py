@@ -1,13 +1,12 @@
-"""The Argo Workflows model the checks share: parameters, template calls, embedded manifests.
-
-Templates are named by their ``name`` in every field path (``spec.templates[train]``).
-"""
+"""The Argo Workflows model the checks share: parameters, template calls, embedded manifests,
+resource conditions. Templates are named by their ``name`` in field paths
+(``spec.templates[train]``)."""
 
 from __future__ import annotations
 
 import ast
 import re
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import yaml
 
@@ -17,6 +16,13 @@ WORKFLOW_KINDS = {"Workflow", "WorkflowTemplate", "ClusterWorkflowTemplate", "Cr
 PLACEHOLDER = re.compile(r"\{\{\s*([^{}]+?)\s*\}\}")
 # What {{workflow.name}} becomes when the harness substitutes it (a generateName-like name).
 SAMPLE_WORKFLOW_NAME = "fashion-mnist-pipeline-x7k2p"
+SPRIG = {"replace": lambda old, new, s: s.replace(old, new), "lower": str.lower, "upper": str.upper}
+# One requirement of a resource condition: (key, operator, value) of a Kubernetes label-selector
+# requirement (``in``/``notin`` value lists: no operator group).
+REQUIREMENT = re.compile(
+    r"^\s*!?\s*([A-Za-z0-9_.\-/]+)\s*"
+    r"(?:(==|=|!=|>|<)\s*([A-Za-z0-9_.\-]+)|\s+(?:in|notin)\s*\([A-Za-z0-9_.\-, ]*\))?\s*$"
+)
 
 
 def workflow_spec(o: Obj) -> dict:
@@ -29,9 +35,6 @@ def workflow_params(spec: dict) -> dict[str, str]:
     """Workflow-level parameters with their (default) values, as strings."""
     params = dig(spec, "arguments", "parameters", default=[])
     return {p["name"]: str(p.get("value", "")) for p in params if "name" in p}
-
-
-SPRIG = {"replace": lambda old, new, s: s.replace(old, new), "lower": str.lower, "upper": str.upper}
 
 
 def expression(expr: str, values: dict[str, str]) -> str | None:
@@ -54,13 +57,6 @@ def expression(expr: str, values: dict[str, str]) -> str | None:
         return ev(ast.parse(expr, mode="eval").body)
     except (SyntaxError, TypeError):
         return None
-
-
-def requirements(condition: str) -> list[str]:
-    """The requirements of an Argo resource condition: Argo parses it with Kubernetes'
-    label-selector parser (``labels.Parse``), where commas separate requirements except inside
-    an ``in (a,b)`` / ``notin (a,b)`` value list."""
-    return [r for r in re.split(r",(?![^()]*\))", condition) if r.strip()]
 
 
 def substitute(text: str, values: dict[str, str]) -> str:
@@ -86,60 +82,57 @@ def substitute_tree(node, values: dict[str, str]):
     return node
 
 
+def requirements(condition, values: dict[str, str]) -> list[tuple[str, re.Match | None]]:
+    """(requirement, :data:`REQUIREMENT` match or None) of a resource condition after
+    substitution. Argo parses it with Kubernetes' ``labels.Parse``: commas separate
+    requirements except inside an ``in (a,b)`` / ``notin (a,b)`` value list."""
+    reqs = re.split(r",(?![^()]*\))", substitute(str(condition or ""), values))
+    return [(r.strip(), REQUIREMENT.match(r)) for r in reqs if r.strip()]
+
+
 def tasks(template: dict) -> list[dict]:
     """The DAG tasks or steps of a template (steps flattened)."""
     steps = [t for group in template.get("steps") or [] for t in group or []]
     return [*dig(template, "dag", "tasks", default=[]), *steps]
 
 
-@dataclass
-class Call:
+class Call(NamedTuple):
     """One call of a template (a DAG task, a step, or the entrypoint) with its values."""
 
     template: dict
     caller: str
     values: dict[str, str]  # placeholder -> value
-
-    @property
-    def path(self) -> str:
-        """The template's field path, by name."""
-        return f"spec.templates[{self.template.get('name')}]"
+    path: str  # the template's field path, by name
 
 
-def calls(o: Obj) -> list[Call]:
-    """Every call of every template, with ``workflow.*`` and ``inputs.parameters.*`` values;
-    a template nobody calls is listed once, with its input defaults."""
+def calls(o: Obj, first: bool = False) -> list[Call]:
+    """Every call of every template (``first``: one per template), with ``workflow.*`` and
+    ``inputs.parameters.*`` values; a template nobody calls is listed with its defaults."""
     spec = workflow_spec(o)
     by_name = {t.get("name"): t for t in spec.get("templates") or []}
     base = {f"workflow.parameters.{k}": v for k, v in workflow_params(spec).items()}
     base |= {"workflow.name": SAMPLE_WORKFLOW_NAME, "workflow.namespace": o.namespace or "default"}
 
-    def values(t: dict, args: dict) -> dict[str, str]:
+    def call(t: dict, caller: str, args: dict) -> Call:
         params = dig(t, "inputs", "parameters", default=[])
         given = {
             p.get("name"): args.get(p.get("name"), p.get("value", p.get("default"))) for p in params
         }
-        return base | {f"inputs.parameters.{k}": str(v) for k, v in given.items() if v is not None}
+        values = {f"inputs.parameters.{k}": str(v) for k, v in given.items() if v is not None}
+        return Call(t, caller, base | values, f"spec.templates[{t.get('name')}]")
 
     out = []
-    for t in by_name.values():
-        for task in tasks(t):
-            target = by_name.get(task.get("template"))
-            if target is not None:
-                params = dig(task, "arguments", "parameters", default=[])
-                args = {p.get("name"): substitute(str(p.get("value", "")), base) for p in params}
-                out.append(Call(target, task.get("name", ""), values(target, args)))
+    for task in (task for t in by_name.values() for task in tasks(t)):
+        if (target := by_name.get(task.get("template"))) is not None:
+            params = dig(task, "arguments", "parameters", default=[])
+            args = {p.get("name"): substitute(str(p.get("value", "")), base) for p in params}
+            out.append(call(target, task.get("name", ""), args))
     called = {id(c.template) for c in out}
-    out += [Call(t, "entrypoint", values(t, {})) for t in by_name.values() if id(t) not in called]
-    return out
-
-
-def first_calls(o: Obj) -> list[Call]:
-    """One call per template (the first), for checks of the template itself."""
-    firsts: dict[int, Call] = {}
-    for c in calls(o):
+    out += [call(t, "entrypoint", {}) for t in by_name.values() if id(t) not in called]
+    firsts = {}  # one call per template, for checks of the template itself
+    for c in out if first else ():
         firsts.setdefault(id(c.template), c)
-    return list(firsts.values())
+    return list(firsts.values()) if first else out
 
 
 def embedded(o: Obj) -> tuple[list[Obj], list[tuple[str, str]]]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Iterator
 
 from validation.argo import WORKFLOW_KINDS, workflow_spec
@@ -12,6 +14,7 @@ WAVE = "argocd.argoproj.io/sync-wave"
 # Storage classes of the target clusters that bind on first consumer and are not rendered
 # here: k3s' built-in local-path (local-k3d).
 KNOWN_WAIT_FOR_FIRST_CONSUMER = {"local-path"}
+CLAIM = re.compile(r'"claimName": "([^"]*)"|"pvc://([^/"]*)')
 
 
 def wave(o: Obj) -> int:
@@ -20,52 +23,33 @@ def wave(o: Obj) -> int:
 
 
 def claims_of(o: Obj) -> set[str]:
-    """PVC names an object consumes: pod/Workflow volumes, or a pvc:// storageUri."""
-    spec = (workflow_spec(o) if o.kind in WORKFLOW_KINDS else o.doc.get("spec")) or {}
-    out, stack = set(), [spec]
-    while stack:  # every persistentVolumeClaim.claimName and pvc:// URI anywhere in the spec
-        node = stack.pop()
-        if isinstance(node, dict):
-            if isinstance(node.get("persistentVolumeClaim"), dict):
-                out.add(node["persistentVolumeClaim"].get("claimName"))
-            stack.extend(node.values())
-        elif isinstance(node, list):
-            stack.extend(node)
-        elif isinstance(node, str) and node.startswith("pvc://"):
-            out.add(node[6:].split("/", 1)[0])
-    return out
+    """PVC names an object consumes: every ``persistentVolumeClaim.claimName`` (pod and
+    Workflow volumes) and ``pvc://`` URI (storageUri) anywhere in its spec."""
+    spec = workflow_spec(o) if o.kind in WORKFLOW_KINDS else o.doc.get("spec")
+    return {a or b for a, b in CLAIM.findall(json.dumps(spec))}
 
 
 @check("sync-waves")
 def sync_waves(ctx: Context) -> Iterator[Hit]:
     """No first-consumer-bound PVC in an earlier sync wave than its consumers."""
-    wffc = KNOWN_WAIT_FOR_FIRST_CONSUMER | {
-        o.name
-        for o in ctx.everywhere("StorageClass")
-        if o.doc.get("volumeBindingMode") == "WaitForFirstConsumer"
-    }
+    classes = ctx.everywhere("StorageClass")
+    wffc = {o.name for o in classes if o.doc.get("volumeBindingMode") == "WaitForFirstConsumer"}
     consumers = [o for o in ctx.ours if not o.embedded_in and o.kind != "PersistentVolumeClaim"]
     for pvc in ctx.kinds("PersistentVolumeClaim"):
-        if (pvc.doc.get("spec") or {}).get("storageClassName") not in wffc:
+        if dig(pvc.doc, "spec", "storageClassName") not in wffc | KNOWN_WAIT_FOR_FIRST_CONSUMER:
             continue
         for o in consumers:
             if o.namespace == pvc.namespace and pvc.name in claims_of(o) and wave(o) > wave(pvc):
-                msg = (
-                    f"wave {wave(pvc)} < wave {wave(o)} of its consumer {o.ref}: the storage"
-                    " class binds on first consumer, the PVC stays Pending and Argo CD"
-                    " never reaches that wave"
-                )
-                yield pvc, f"metadata.annotations[{WAVE}]", msg
+                msg = f"wave {wave(pvc)} < wave {wave(o)} of its consumer {o.ref}: the storage"
+                msg += " class binds on first consumer, the PVC stays Pending and Argo CD never"
+                yield pvc, f"metadata.annotations[{WAVE}]", f"{msg} reaches that wave"
 
 
 @check("argocd-drift")
 def memoize_cache_drift(ctx: Context) -> Iterator[Hit]:
     """Applications syncing a memoize cache ConfigMap ignore its differences."""
     for app in ctx.kinds("Application"):
-        synced = ctx.rendered.get(
-            str(((app.doc.get("spec") or {}).get("source") or {}).get("path", ""))
-        )
-        if not synced:
+        if not (synced := ctx.rendered.get(str(dig(app.doc, "spec", "source", "path")))):
             continue
         ignored = {
             (i.get("kind"), i.get("name"))
@@ -74,8 +58,6 @@ def memoize_cache_drift(ctx: Context) -> Iterator[Hit]:
         caches = {name for _, name in memo_caches(Context(synced, ctx.rendered))}
         for cm in (o for o in synced if o.kind == "ConfigMap" and o.name in caches):
             if ("ConfigMap", cm.name) not in ignored:
-                msg = (
-                    f"ConfigMap {cm.namespace}/{cm.name} is a memoize cache the Argo"
-                    " controller rewrites: ignore its differences (or leave it out of git)"
-                )
+                msg = f"ConfigMap {cm.namespace}/{cm.name} is a memoize cache the Argo controller"
+                msg += " rewrites: ignore its differences (or leave it out of git)"
                 yield app, "spec.ignoreDifferences", msg

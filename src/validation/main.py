@@ -13,45 +13,34 @@ import tempfile
 import time
 from pathlib import Path
 
-from validation import cli_paths, gitops, pods, rbac, schemas, serving, training, workflow  # noqa: F401
+from validation import cli_paths, gitops, pods, rbac, render, schemas, serving, training, workflow  # noqa: F401
 from validation.argo import WORKFLOW_KINDS, embedded
-from validation.core import Context, Finding, Obj, finding, run_checks
-from validation.render import (
-    discover_kustomizations,
-    find_repo_root,
-    parse_versions_env,
-    prepare_tree,
-    render_all,
-)
+from validation.core import Context, Obj, finding, run_checks
 
 
-def expand(objs: list[Obj]) -> tuple[list[Obj], list[Finding]]:
-    """Objects plus the manifests embedded in our Workflows' resource templates, and the
-    ``workflow`` findings of embedded manifests that do not parse."""
-    out, problems = list(objs), []
-    for o in (o for o in objs if o.kind in WORKFLOW_KINDS and not o.upstream):
-        emb, errs = embedded(o)
-        out += emb
-        problems += [finding("workflow", msg, o, fld) for fld, msg in errs]
-    return out, problems
+def expand(objs: list[Obj]) -> list[Obj]:
+    """Objects plus the manifests our Workflows' resource steps create (parameters
+    substituted; the ``workflow`` check reports those that do not parse)."""
+    steps = (embedded(o)[0] for o in objs if o.kind in WORKFLOW_KINDS and not o.upstream)
+    return [*objs, *(e for emb in steps for e in emb)]
 
 
 def run(root: Path, kusts: list[str] | None = None, mirror_dir: Path | None = None):
-    """Render (every kustomization, or those named), validate and check.
+    """Render (every kustomization, or those named), validate and check (:func:`expand`).
 
     Returns (findings, rendered objects by kustomization); FileNotFoundError for a missing
     mirror file or kubectl, ValueError for a bad versions.env."""
-    versions = parse_versions_env(root / "versions.env")
+    k8s_version = render.parse_versions_env(root / "versions.env")["KUBERNETES_VERSION"]
     with tempfile.TemporaryDirectory(prefix="validation-") as tmp:
-        findings, mirrors = prepare_tree(root, Path(tmp) / "tree", mirror_dir)
-        kusts = kusts or discover_kustomizations(root)
-        rendered, errors = render_all(Path(tmp) / "tree", kusts, mirrors)
+        findings, mirrors = render.prepare_tree(root, Path(tmp) / "tree", mirror_dir)
+        kusts = kusts or render.discover_kustomizations(root)
+        rendered, errors = render.render_all(Path(tmp) / "tree", kusts, mirrors)
         findings += [finding("render", err, kustomization=k) for k, err in errors.items()]
-        expanded = {k: expand(objs) for k, objs in rendered.items()}
-        every = [o for objs, _ in expanded.values() for o in objs]
-        findings += schemas.validate(every, root, versions["KUBERNETES_VERSION"], Path(tmp) / "kc")
-    for objs, problems in expanded.values():
-        findings += problems + run_checks(Context(objs, rendered))
+        expanded = [expand(objs) for objs in rendered.values()]
+        every = [o for objs in expanded for o in objs]
+        findings += schemas.validate(every, root, k8s_version, Path(tmp) / "kc")
+    for objs in expanded:
+        findings += run_checks(Context(objs, rendered))
     key = lambda f: (f.check, f.file, f.obj, f.field, f.message)  # noqa: E731
     return sorted(dict.fromkeys(findings), key=key), rendered  # one base, several overlays
 
@@ -64,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     t0, mirror = time.perf_counter(), os.environ.get("UPSTREAM_MIRROR_DIR")
     try:
-        root = args.root.resolve() if args.root else find_repo_root()
+        root = args.root.resolve() if args.root else render.find_repo_root()
         findings, rendered = run(root, args.kustomizations, Path(mirror) if mirror else None)
     except (FileNotFoundError, ValueError, KeyError) as e:
         print(f"validation: {e}", file=sys.stderr)

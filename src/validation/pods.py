@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 from kubernetes.utils import parse_quantity
 
-from validation.argo import WORKFLOW_KINDS, first_calls, substitute_tree, workflow_spec
+from validation.argo import WORKFLOW_KINDS, calls, substitute_tree, workflow_spec
 from validation.core import Context, Hit, Obj, check, dig, named
 
 WORKLOADS = {"Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job", "CronJob", "Pod"}
@@ -43,7 +43,7 @@ def pod_templates(o: Obj) -> Iterator[PodTemplate]:
                 yield c, containers(c, f"spec.{comp}") + models, False
     elif o.kind in WORKFLOW_KINDS:
         pod_sc = workflow_spec(o).get("securityContext") or {}
-        for call in first_calls(o):
+        for call in calls(o, first=True):
             t = call.template
             conts = [(t[k], f"{call.path}.{k}") for k in ("container", "script") if t.get(k)]
             conts += containers(t, call.path, ("initContainers", "sidecars"))

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 
-from validation.argo import WORKFLOW_KINDS, first_calls, workflow_spec
+from validation.argo import WORKFLOW_KINDS, workflow_spec
 from validation.core import Context, Hit, Obj, check, dig
 from validation.workflow import memo_caches
 
@@ -20,8 +19,6 @@ ACTION_VERBS = {
     "replace": ("create", "get", "update"),
 }
 EXECUTOR_GRANTS = [("argoproj.io", "workflowtaskresults", v) for v in ("create", "patch")]
-CONTROLLER = ("Deployment", "workflow-controller")
-MEMO_VERBS = ("create", "update")
 
 
 @check("rbac-wildcard")
@@ -41,16 +38,14 @@ def role_refs(ctx: Context) -> Iterator[Hit]:
     cluster_roles = {o.name for o in ctx.everywhere("ClusterRole")} | BUILTIN_CLUSTER_ROLES
     for o in ctx.kinds("RoleBinding", "ClusterRoleBinding"):
         ref = o.doc.get("roleRef") or {}
+        kind, name = ref.get("kind"), ref.get("name")
         if ref.get("apiGroup") != RBAC_GROUP:
             yield o, "roleRef.apiGroup", f"must be {RBAC_GROUP}"
-        kind, name = ref.get("kind"), ref.get("name")
-        if kind == "Role" and o.kind == "RoleBinding":
-            if (o.namespace, name) not in roles:
-                yield o, "roleRef.name", f"no Role {o.namespace}/{name} (have: {sorted(roles)})"
-        elif kind == "ClusterRole":
-            if name not in cluster_roles:
-                yield o, "roleRef.name", f"no ClusterRole {name} rendered (nor a built-in one)"
-        else:
+        if kind == "Role" and o.kind == "RoleBinding" and (o.namespace, name) not in roles:
+            yield o, "roleRef.name", f"no Role {o.namespace}/{name} (have: {sorted(roles)})"
+        elif kind == "ClusterRole" and name not in cluster_roles:
+            yield o, "roleRef.name", f"no ClusterRole {name} rendered (nor a built-in one)"
+        elif kind != "ClusterRole" and (kind, o.kind) != ("Role", "RoleBinding"):
             yield o, "roleRef.kind", f"{kind!r} invalid in a {o.kind}"
 
 
@@ -87,8 +82,9 @@ def bound_roles(objs: list[Obj], sa: tuple[str, str], namespace: str) -> list[Ob
     out = []
     for b in (b for b in objs if b.kind in ("RoleBinding", "ClusterRoleBinding")):
         ref, subjects = b.doc.get("roleRef") or {}, b.doc.get("subjects") or []
-        ns = b.namespace if ref.get("kind") == "Role" else ""
-        role = roles.get((ref.get("kind"), ns, ref.get("name")))
+        role = roles.get(
+            (ref.get("kind"), b.namespace if ref.get("kind") == "Role" else "", ref.get("name"))
+        )
         bound = {(s.get("namespace") or b.namespace, s.get("name")) for s in subjects}
         if sa in bound and role is not None and b.namespace in ("", namespace):
             out.append(role)
@@ -102,33 +98,23 @@ def grants(roles: list[Obj], group: str, resource: str, verb: str, name: str = "
         names = r.get("resourceNames") or []
         if names and (verb in ("create", "list", "watch") or name not in names):
             continue  # resourceNames cannot restrict these verbs
-        if all(
-            want in (r.get(key) or []) or "*" in (r.get(key) or [])
-            for key, want in (("apiGroups", group), ("resources", resource), ("verbs", verb))
-        ):
+        wanted = (("apiGroups", group), ("resources", resource), ("verbs", verb))
+        if all({want, "*"} & set(r.get(key) or []) for key, want in wanted):
             return True
     return False
 
 
-def manifest_kind(manifest: str) -> tuple[str, str] | None:
-    """(API group, kind) of a resource template's manifest, read without substitution."""
-    api = re.search(r"^apiVersion:\s*['\"]?([\w.\-/]+)", manifest, re.M)
-    kind = re.search(r"^kind:\s*['\"]?(\w+)", manifest, re.M)
-    return (api.group(1).rpartition("/")[0], kind.group(1)) if api and kind else None
-
-
-def needed(wf: Obj) -> Iterator[tuple[str, str, str, str]]:
-    """(group, resource, verb, why) the Workflow's service account needs."""
-    for call in first_calls(wf):
-        res = call.template.get("resource") or {}
-        if gk := manifest_kind(str(res.get("manifest") or "")):
-            group, resource = gk[0], plural(gk[1])
-            why = f"{call.path} (resource action {res.get('action')})"
-            for verb in ACTION_VERBS.get(str(res.get("action")), ()):
-                yield group, resource, verb, why
-            if "successCondition" in res or "failureCondition" in res:
-                for verb in ("get", "watch"):
-                    yield group, resource, verb, f"{why} success/failureCondition"
+def needed(ctx: Context, wf: Obj) -> Iterator[tuple[str, str, str, str]]:
+    """(group, resource, verb, why) the Workflow's service account needs: what its resource
+    steps do with the objects they manage, and what the Argo executor does."""
+    for e in (e for e in ctx.ours if e.extra.get("workflow") is wf):
+        res, group = e.extra["resource"], e.doc.get("apiVersion", "").rpartition("/")[0]
+        why = f"{e.embedded_in.rsplit('.manifest', 1)[0]} (action {res.get('action')})"
+        for verb in ACTION_VERBS.get(str(res.get("action")), ()):
+            yield group, plural(e.kind), verb, why
+        if "successCondition" in res or "failureCondition" in res:
+            for verb in ("get", "watch"):
+                yield group, plural(e.kind), verb, f"{why} success/failureCondition"
     for group, resource, verb in EXECUTOR_GRANTS:
         yield group, resource, verb, "the Argo executor (step outputs/progress)"
 
@@ -142,7 +128,7 @@ def pipeline_grants(ctx: Context) -> Iterator[Hit]:
         if sa not in sas:
             continue  # not rendered here (namespaces reports it)
         roles = bound_roles(ctx.ours, sa, wf.namespace)
-        for group, resource, verb, why in needed(wf):
+        for group, resource, verb, why in needed(ctx, wf):
             if not grants(roles, group, resource, verb):
                 msg = f"missing verb {verb!r} on {resource}.{group or 'core'} for {'/'.join(sa)}"
                 msg += f", needed by {why} of {wf.ref} (bound: {[r.ref for r in roles]})"
@@ -158,7 +144,9 @@ def controller_grants(ctx: Context) -> Iterator[Hit]:
     """The workflow-controller's service account may create/update the memoize caches, which
     Argo keeps in the controller's own namespace (controller.go: NewCacheFactory)."""
     everything = [o for objs in ctx.rendered.values() for o in objs]
-    controller = next((o for o in everything if (o.kind, o.name) == CONTROLLER), None)
+    controller = next(
+        (o for o in everything if (o.kind, o.name) == ("Deployment", "workflow-controller")), None
+    )
     if controller is None:
         return  # the Argo platform is not rendered: nothing to check against
     pod = dig(controller.doc, "spec", "template", "spec", default={})
@@ -166,9 +154,9 @@ def controller_grants(ctx: Context) -> Iterator[Hit]:
     roles = bound_roles(everything, sa, controller.namespace)
     for ns, cm in sorted(set(memo_caches(ctx))):
         wf = next(o for o in ctx.kinds(*WORKFLOW_KINDS) if o.namespace == ns)
-        for verb in MEMO_VERBS:
+        for verb in ("create", "update"):
             if not grants(roles, "", "configmaps", verb, "" if verb == "create" else cm):
                 msg = f"memoize cache {cm} (kept in the controller's namespace"
-                msg = f"{msg} {controller.namespace}): its ServiceAccount {'/'.join(sa)} may not"
-                msg = f"{msg} {verb} configmaps there (bound: {[r.ref for r in roles]})"
-                yield wf, "spec.templates", msg
+                msg += f" {controller.namespace}): its ServiceAccount {'/'.join(sa)} may not"
+                msg += f" {verb} configmaps there"
+                yield wf, "spec.templates", f"{msg} (bound: {[r.ref for r in roles]})"

@@ -25,28 +25,24 @@ ORIGIN = "config.kubernetes.io/origin"
 MIRROR_PREFIX = "_mirror_"
 CRD_DOC = re.compile(r"^kind:[ \t]*CustomResourceDefinition[ \t]*$", re.M)
 DOC_SEPARATOR = re.compile(r"^---[ \t]*(?:#.*)?$", re.M)
-# The remote bases: (component, URL, offline mirror file), "{}" standing for the version. The
-# kustomization's URL is the one place a version is stated (scripts: lib.sh pinned_version).
-KSERVE = "https://github.com/kserve/kserve/releases/download/{}"
-REMOTES = [
-    (
-        "training-operator",
-        "github.com/kubeflow/trainer.git//manifests/overlays/standalone?ref={}",
-        "training-operator-{}-standalone.yaml",
+# The remote bases: URL ("{}": the version) -> offline mirror file. The kustomization's URL is
+# the one place a version is stated (scripts: lib.sh pinned_version).
+GH = "https://github.com"
+REMOTES = {
+    "github.com/kubeflow/trainer.git//manifests/overlays/standalone?ref={}": (
+        "training-operator-{}-standalone.yaml"
     ),
-    (
-        "argo-workflows",
-        "https://github.com/argoproj/argo-workflows/releases/download/{}/install.yaml",
-        "argo-workflows-{}-install.yaml",
+    GH + "/argoproj/argo-workflows/releases/download/{}/install.yaml": (
+        "argo-workflows-{}-install.yaml"
     ),
-    ("kserve", f"{KSERVE}/kserve.yaml", "kserve-{}.yaml"),
-    ("kserve", f"{KSERVE}/kserve-cluster-resources.yaml", "kserve-cluster-resources-{}.yaml"),
-    (
-        "argo-cd",
-        "https://raw.githubusercontent.com/argoproj/argo-cd/{}/manifests/install.yaml",
-        "argo-cd-{}-install.yaml",
+    GH + "/kserve/kserve/releases/download/{}/kserve.yaml": "kserve-{}.yaml",
+    GH + "/kserve/kserve/releases/download/{}/kserve-cluster-resources.yaml": (
+        "kserve-cluster-resources-{}.yaml"
     ),
-]
+    "https://raw.githubusercontent.com/argoproj/argo-cd/{}/manifests/install.yaml": (
+        "argo-cd-{}-install.yaml"
+    ),
+}
 
 
 def find_repo_root(start: Path | None = None) -> Path:
@@ -72,10 +68,11 @@ def parse_versions_env(path: Path) -> dict[str, str]:
 
 
 def pinned(remote: str) -> tuple[str, str, str] | None:
-    """(component, version, mirror file) of a remote base :data:`REMOTES` knows; None if not."""
-    for component, url, mirror in REMOTES:
+    """(component: the URL up to the version, version, mirror file) of a remote base
+    :data:`REMOTES` knows; None for any other."""
+    for url, mirror in REMOTES.items():
         if m := re.fullmatch(re.escape(url).replace(r"\{\}", r"(v\d+\.\d+\.\d+)"), remote):
-            return component, m.group(1), mirror.format(m.group(1))
+            return url.partition("{}")[0], m.group(1), mirror.format(m.group(1))
     return None
 
 
@@ -129,7 +126,7 @@ def prepare_tree(root: Path, dest: Path, mirror: Path | None) -> tuple[list[Find
         f.write_text(yaml.safe_dump(k, sort_keys=False))
     for component, by_version in releases.items():
         for version, files in by_version.items() if len(by_version) > 1 else ():
-            msg = f"{component} {version} here, other releases: {sorted(by_version)}"
+            msg = f"{component}: {version} here, releases named: {sorted(by_version)}"
             out += [finding("remote-refs", msg, file=rel, field="resources") for rel in files]
     return out, mirrors
 

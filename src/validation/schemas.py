@@ -18,26 +18,19 @@ import yaml
 
 from validation.core import Finding, Obj, finding
 
-CRDS_CATALOG_URL = (
-    "https://raw.githubusercontent.com/datreeio/CRDs-catalog/main/{{.Group}}/"
-    "{{.ResourceKind}}_{{.ResourceAPIVersion}}.json"
-)
-AT = re.compile(r"- at '([^']*)': (.*?)(?=\s+- at '|$)")
 CATALOG_LAYOUT = "{{.Group}}/{{.ResourceKind}}_{{.ResourceAPIVersion}}.json"
+CRDS_CATALOG_URL = "https://raw.githubusercontent.com/datreeio/CRDs-catalog/main/" + CATALOG_LAYOUT
+AT = re.compile(r"- at '([^']*)': (.*?)(?=\s+- at '|$)")
 
 
 def kubeconform_path(root: Path) -> str:
     """$KUBECONFORM, else the binary ``scripts/tools.sh`` built; FileNotFoundError if neither."""
-    if os.environ.get("KUBECONFORM"):
-        return os.environ["KUBECONFORM"]
-    proc = subprocess.run(
-        ["bash", str(root / "scripts/tools.sh"), "--bin", "kubeconform"],
-        capture_output=True,
-        text=True,
-    )
-    if proc.returncode != 0 or not proc.stdout.strip():
+    cmd = ["bash", str(root / "scripts/tools.sh"), "--bin", "kubeconform"]
+    if not (exe := os.environ.get("KUBECONFORM")):
+        exe = subprocess.run(cmd, capture_output=True, text=True).stdout.strip()
+    if not exe:  # tools.sh --bin prints nothing when the tool is not built
         raise FileNotFoundError("kubeconform is not built: run scripts/tools.sh kubeconform")
-    return proc.stdout.strip()
+    return exe
 
 
 def builtin_schemas(k8s_version: str, dest: Path) -> str:
@@ -75,14 +68,12 @@ def validate(objs: list[Obj], root: Path, k8s_version: str, workdir: Path) -> li
         exe = kubeconform_path(root)
     except FileNotFoundError as e:
         return [finding("schema", str(e))]
-    schema_dir = os.environ.get("KUBE_SCHEMA_DIR")
-    if schema_dir:
+    locations = ["default", CRDS_CATALOG_URL]  # offline: the package's and the mirror's
+    if schema_dir := os.environ.get("KUBE_SCHEMA_DIR"):
         locations = [
             builtin_schemas(k8s_version, workdir / "builtin"),
             f"{schema_dir}/{CATALOG_LAYOUT}",
         ]
-    else:
-        locations = ["default", CRDS_CATALOG_URL]
     copies: dict[str, list[Obj]] = {}  # one file per distinct object (overlays share many)
     for o in ours:
         copies.setdefault(json.dumps(o.doc, sort_keys=True), []).append(o)
@@ -90,10 +81,17 @@ def validate(objs: list[Obj], root: Path, k8s_version: str, workdir: Path) -> li
     for i, same in enumerate(copies.values()):
         (workdir / "objs" / f"{i}.yaml").write_text(yaml.safe_dump(same[0].doc, sort_keys=False))
     # one worker: parallel workers each compile the same large CRD schemas (measured 3x slower)
-    cmd = [exe, "-strict", "-n", "1", "-output", "json"]
-    cmd += ["-kubernetes-version", k8s_version.lstrip("v")]
-    for loc in locations:
-        cmd += ["-schema-location", loc]
+    cmd = [
+        exe,
+        "-strict",
+        "-n",
+        "1",
+        "-output",
+        "json",
+        "-kubernetes-version",
+        k8s_version.lstrip("v"),
+    ]
+    cmd += [arg for loc in locations for arg in ("-schema-location", loc)]
     proc = subprocess.run([*cmd, str(workdir / "objs")], capture_output=True, text=True)
     try:
         results = json.loads(proc.stdout or "{}").get("resources") or []

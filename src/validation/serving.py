@@ -12,11 +12,9 @@ LOGGER_URL = re.compile(
 )
 
 
-def components(isvc) -> Iterator[tuple[str, dict]]:
+def components(isvc) -> list[tuple[str, dict]]:
     """(component name, spec) of an InferenceService (predictor, transformer, explainer)."""
-    for comp, spec in (isvc.doc.get("spec") or {}).items():
-        if isinstance(spec, dict):
-            yield comp, spec
+    return [(c, spec) for c, spec in (isvc.doc.get("spec") or {}).items() if isinstance(spec, dict)]
 
 
 @check("inferenceservice")
@@ -32,19 +30,13 @@ def inference_service(ctx: Context) -> Iterator[Hit]:
             if isinstance(lo, int) and isinstance(hi, int) and 0 < hi < lo:  # 0: no upper bound
                 yield o, f"spec.{comp}.minReplicas", f"minReplicas {lo} > maxReplicas {hi}"
             model = spec.get("model") if isinstance(spec.get("model"), dict) else {}
-            proto = model.get("protocolVersion")
-            if (model.get("modelFormat") or {}).get("name") == "tensorflow" and proto not in (
-                None,
-                "v1",
-            ):
+            proto, runtime = model.get("protocolVersion"), model.get("runtime")
+            if dig(model, "modelFormat", "name") == "tensorflow" and proto not in (None, "v1"):
                 msg = f"{proto!r}: the tensorflow format (TF Serving) speaks v1 only"
                 yield o, f"spec.{comp}.model.protocolVersion", msg
-            if model.get("runtime") and runtimes and model["runtime"] not in runtimes:
-                msg = (
-                    f"no ServingRuntime/ClusterServingRuntime {model['runtime']!r} rendered"
-                    f" (have: {sorted(runtimes)})"
-                )
-                yield o, f"spec.{comp}.model.runtime", msg
+            if runtime and runtimes and runtime not in runtimes:
+                msg = f"no ServingRuntime/ClusterServingRuntime {runtime!r} rendered"
+                yield o, f"spec.{comp}.model.runtime", f"{msg} (have: {sorted(runtimes)})"
 
 
 @check("logger-url")

@@ -7,19 +7,15 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
-from validation.argo import requirements, substitute
+from validation.argo import requirements
 from validation.core import Context, Hit, check
 
 COUNTED_RESTART_POLICIES = ("ExitCode", "Never")
-CONDITION_KEY = re.compile(
-    r"^\s*!?\s*([A-Za-z0-9_.\-/]+)\s*(==|=|!=|>|<|\s+in\s|\s+notin\s)?\s*(.*?)\s*$"
-)
 
 
-def condition_problem(key: str, req: str, specs: dict) -> str:
+def condition_problem(key: str, req: str, parsed: re.Match | None, specs: dict) -> str:
     """Why one requirement of a TFJob step's condition is wrong ('' when it is right)."""
-    m = CONDITION_KEY.match(req)
-    path, op, value = m.groups() if m else (req.strip(), "", "")
+    path, op, value = (g or "" for g in parsed.groups()) if parsed else (req, "", "")
     parts = path.split(".")
     if parts[:2] == ["status", "conditions"]:
         return ""
@@ -28,10 +24,8 @@ def condition_problem(key: str, req: str, specs: dict) -> str:
     if parts[2] not in specs:
         return f"{path}: replica type {parts[2]!r} is not in tfReplicaSpecs {sorted(specs)}"
     replicas = str((specs[parts[2]] or {}).get("replicas", 1))
-    if parts[3] != "succeeded" or op.strip() not in ("=", "==") or value != replicas:
-        return (
-            f"{path} {op.strip()} {value}: success needs succeeded = {replicas} (the replica count)"
-        )
+    if parts[3] != "succeeded" or op not in ("=", "==") or value != replicas:
+        return f"{path} {op} {value}: success needs succeeded = {replicas} (the replica count)"
     return ""
 
 
@@ -48,8 +42,8 @@ def tfjob_conditions(ctx: Context) -> Iterator[Hit]:
         for key in ("successCondition", "failureCondition"):
             if key not in res:
                 yield wf, f"{step}.{key}", "missing: the step must wait for the TFJob's verdict"
-            for req in requirements(substitute(str(res.get(key, "")), job.extra["values"])):
-                if req.strip() and (problem := condition_problem(key, req, specs)):
+            for req, parsed in requirements(res.get(key), job.extra["values"]):
+                if problem := condition_problem(key, req, parsed, specs):
                     yield wf, f"{step}.{key}", f"{problem} (call {job.extra['caller']})"
 
 
@@ -58,11 +52,7 @@ def tfjob_restart_policy(ctx: Context) -> Iterator[Hit]:
     """Every TFJob replica restarts with a policy whose failures are counted."""
     for job in ctx.kinds("TFJob"):
         for rtype, rspec in ((job.doc.get("spec") or {}).get("tfReplicaSpecs") or {}).items():
-            policy = (rspec or {}).get("restartPolicy")
-            if policy not in COUNTED_RESTART_POLICIES:
-                msg = (
-                    f"{policy!r}: in-place restarts are never counted as failures; use one of "
-                    f"{list(COUNTED_RESTART_POLICIES)}"
-                    " (ExitCode retries only retryable exit codes)"
-                )
+            if (policy := (rspec or {}).get("restartPolicy")) not in COUNTED_RESTART_POLICIES:
+                msg = f"{policy!r}: in-place restarts are never counted as failures; use one of"
+                msg += f" {list(COUNTED_RESTART_POLICIES)} (ExitCode retries only retryable codes)"
                 yield job, f"spec.tfReplicaSpecs.{rtype}.restartPolicy", msg

@@ -49,7 +49,7 @@ def patched_paths(kust_dir) -> set[tuple]:
 
 
 def objects(rendered, kust):
-    return {(o.kind, o.name, o.embedded_in): o.doc for o in expand(rendered[kust])[0]}
+    return {(o.kind, o.name, o.embedded_in): o.doc for o in expand(rendered[kust])}
 
 
 @pytest.mark.parametrize(
@@ -81,7 +81,7 @@ def _one(objs, kind, name_part=""):
 
 def test_local_k3d_values(full_run):
     _, rendered = full_run
-    objs, _ = expand(rendered["overlays/local-k3d"])
+    objs = expand(rendered["overlays/local-k3d"])
     pvc = _one(objs, "PersistentVolumeClaim")["spec"]
     assert pvc["storageClassName"] == "local-path" and pvc["accessModes"] == ["ReadWriteOnce"]
     pred = _one(objs, "InferenceService")["spec"]["predictor"]
@@ -96,7 +96,7 @@ def test_local_k3d_values(full_run):
 
 def test_gpu_cloud_values(full_run):
     _, rendered = full_run
-    objs, _ = expand(rendered["overlays/gpu-cloud"])
+    objs = expand(rendered["overlays/gpu-cloud"])
     pvc = _one(objs, "PersistentVolumeClaim")["spec"]
     assert pvc["storageClassName"] == "nfs-rwx" and pvc["accessModes"] == ["ReadWriteMany"]
     pred = _one(objs, "InferenceService")["spec"]["predictor"]
