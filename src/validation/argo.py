@@ -105,9 +105,10 @@ class Call(NamedTuple):
     path: str  # the template's field path, by name
 
 
-def calls(o: Obj, first: bool = False) -> list[Call]:
-    """Every call of every template (``first``: one per template), with ``workflow.*`` and
-    ``inputs.parameters.*`` values; a template nobody calls is listed with its defaults."""
+def calls(o: Obj) -> list[Call]:
+    """Every call of every template, with ``workflow.*`` and ``inputs.parameters.*`` values; a
+    template nobody calls is listed once, with its input defaults. Checks of a template look
+    at each call (the same finding from several calls is reported once)."""
     spec = workflow_spec(o)
     by_name = {t.get("name"): t for t in spec.get("templates") or []}
     base = {f"workflow.parameters.{k}": v for k, v in workflow_params(spec).items()}
@@ -129,10 +130,7 @@ def calls(o: Obj, first: bool = False) -> list[Call]:
             out.append(call(target, task.get("name", ""), args))
     called = {id(c.template) for c in out}
     out += [call(t, "entrypoint", {}) for t in by_name.values() if id(t) not in called]
-    firsts = {}  # one call per template, for checks of the template itself
-    for c in out if first else ():
-        firsts.setdefault(id(c.template), c)
-    return list(firsts.values()) if first else out
+    return out
 
 
 def embedded(o: Obj) -> tuple[list[Obj], list[tuple[str, str]]]:

@@ -1,10 +1,6 @@
-"""Findings, rendered objects and the check registry: one way to build a finding.
-
-A check is a function registered under its name with :func:`check`; it receives a
-:class:`Context` (one kustomization's objects, and every kustomization's for checks across
-them) and yields ``(object, field, message)``; :func:`run_checks` turns each into a
-:class:`Finding` named after the check with :func:`finding`, the only constructor used.
-"""
+"""Findings, rendered objects and the check registry. A check (registered by name with
+:func:`check`) gets a :class:`Context` and yields ``(object, field, message)``;
+:func:`run_checks` makes each a :class:`Finding` with :func:`finding`, the one constructor."""
 
 from __future__ import annotations
 

@@ -1,8 +1,6 @@
 """``python -m validation [kustomization ...]``: render, validate schemas, run the checks.
-
-Exit status 0 when nothing fails, 1 otherwise; a configuration error (no repository root, a
-missing mirror file, no kubectl) is one line on stderr and exit status 1.
-"""
+Exit status 1 when a check fails; a configuration error (no versions.env in the root, a
+missing mirror file, no kubectl) is one line on stderr, exit status 1."""
 
 from __future__ import annotations
 
@@ -49,11 +47,11 @@ def main(argv: list[str] | None = None) -> int:
     """CLI entry point: the report; exit status 1 when a check fails or on a config error."""
     p = argparse.ArgumentParser(prog="python -m validation", description=__doc__)
     p.add_argument("kustomizations", nargs="*", help="only these (repo-relative dirs)")
-    p.add_argument("--root", type=Path, help="repository root (default: found from the cwd)")
+    p.add_argument("--root", type=Path, help="repository root (default: the current directory)")
     args = p.parse_args(argv)
     t0, mirror = time.perf_counter(), os.environ.get("UPSTREAM_MIRROR_DIR")
     try:
-        root = args.root.resolve() if args.root else render.find_repo_root()
+        root = (args.root or Path.cwd()).resolve()
         findings, rendered = run(root, args.kustomizations, Path(mirror) if mirror else None)
     except (FileNotFoundError, ValueError, KeyError) as e:
         print(f"validation: {e}", file=sys.stderr)

