@@ -1,7 +1,5 @@
 """``python -m validation``."""
 
-import sys
-
 from validation.main import main
 
-sys.exit(main())
+raise SystemExit(main())

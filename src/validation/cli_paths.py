@@ -15,7 +15,7 @@ from validation.argo import PLACEHOLDER, WORKFLOW_KINDS, workflow_spec
 from validation.core import Context, Hit, Obj, check, dig
 from validation.pods import checked
 
-MODULE = re.compile(r"^training\.\w+$")
+COMMAND = re.compile(r"(?:\S*/)?python[\w.]* -m (training\.\w+)")  # argv[:3], space-joined
 
 
 @dataclass
@@ -55,27 +55,25 @@ def parse(module: str, args: list[str]):
 def commands(ctx: Context) -> Iterator[Command | Hit]:
     """Every training command (parsed), or a hit when it does not parse."""
     for o, pod, c, path, _ in checked(ctx):
-        wf_volumes = workflow_spec(o).get("volumes") or [] if o.kind in WORKFLOW_KINDS else []
-        volumes = [*(pod.get("volumes") or []), *wf_volumes]
-        claims = {v.get("name"): dig(v, "persistentVolumeClaim", "claimName") for v in volumes}
         argv = [str(x) for x in (c.get("command") or []) + (c.get("args") or [])]
-        if len(argv) < 3 or not argv[0].split("/")[-1].startswith("python") or argv[1] != "-m":
-            continue
-        if not MODULE.match(argv[2]):
+        if not (m := COMMAND.fullmatch(" ".join(argv[:3]))):
             continue
         if left := [a for a in argv[3:] if PLACEHOLDER.search(a)]:
             yield o, f"{path}.args", f"unresolved placeholders {left}"
             continue
-        ns, err = parse(argv[2], argv[3:])
+        ns, err = parse(m.group(1), argv[3:])
         if err:
             yield o, f"{path}.args", err
             continue
+        wf_volumes = workflow_spec(o).get("volumes") or [] if o.kind in WORKFLOW_KINDS else []
+        volumes = [*(pod.get("volumes") or []), *wf_volumes]
+        claims = {v.get("name"): dig(v, "persistentVolumeClaim", "claimName") for v in volumes}
         mounts = {
             m["mountPath"].rstrip("/") or "/": claims[m["name"]]
             for m in c.get("volumeMounts") or []
             if claims.get(m.get("name"))
         }
-        yield Command(argv[2], ns, o, f"{path}.args", mounts)
+        yield Command(m.group(1), ns, o, f"{path}.args", mounts)
 
 
 @check("cli-flags")

@@ -52,6 +52,8 @@ def main(argv: list[str] | None = None) -> int:
     t0, mirror = time.perf_counter(), os.environ.get("UPSTREAM_MIRROR_DIR")
     try:
         root = (args.root or Path.cwd()).resolve()
+        if not (root / "versions.env").is_file():
+            raise FileNotFoundError(f"no versions.env in {root}: run from the repository root")
         findings, rendered = run(root, args.kustomizations, Path(mirror) if mirror else None)
     except (FileNotFoundError, ValueError, KeyError) as e:
         print(f"validation: {e}", file=sys.stderr)

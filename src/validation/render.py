@@ -104,9 +104,10 @@ def prepare_tree(root: Path, dest: Path, mirror: Path | None) -> tuple[list[Find
                 (f.parent / k["resources"][i]).write_text(without_crds(src.read_text()))
         f.write_text(yaml.safe_dump(k, sort_keys=False))
     for component, by_version in releases.items():
-        for version, files in by_version.items() if len(by_version) > 1 else ():
-            msg = f"{component}: {version} here, releases named: {sorted(by_version)}"
-            out += [finding("remote-refs", msg, file=rel, field="resources") for rel in files]
+        if len(by_version) > 1:  # one component, two releases (KServe: kserve, kserve-runtimes)
+            for version, files in by_version.items():
+                msg = f"{component}: {version} here, releases named: {sorted(by_version)}"
+                out += [finding("remote-refs", msg, file=rel, field="resources") for rel in files]
     return out, mirrors
 
 

@@ -34,7 +34,7 @@ def structure(ctx: Context) -> Iterator[Hit]:
     for o in ctx.kinds(*WORKFLOW_KINDS):
         spec = workflow_spec(o)
         by_name = {t.get("name"): t for t in spec.get("templates") or []}
-        wparams = workflow_params(spec)
+        declared = {"workflow": workflow_params(spec)}  # parameters in scope, by scope
         if spec.get("entrypoint") not in by_name and "workflowTemplateRef" not in spec:
             yield o, "spec.entrypoint", f"no template {spec.get('entrypoint')!r}"
         if spec.get("onExit") and spec["onExit"] not in by_name:
@@ -42,14 +42,12 @@ def structure(ctx: Context) -> Iterator[Hit]:
         yield from ((o, fld, msg) for fld, msg in embedded(o)[1])  # resource step manifests
         for call in calls(o):
             t, base = call.template, call.path
-            inputs = {p.get("name") for p in dig(t, "inputs", "parameters", default=[])}
+            declared["inputs"] = {p.get("name") for p in dig(t, "inputs", "parameters", default=[])}
             own = repr({k: v for k, v in t.items() if k not in ("dag", "steps")})
             for ref in PLACEHOLDER.findall(own):
                 scope, _, name = ref.partition(".parameters.")
-                if scope == "inputs" and name not in inputs:
-                    yield o, base, f"{{{{{ref}}}}} not declared in inputs"
-                if scope == "workflow" and name not in wparams:
-                    yield o, base, f"{{{{{ref}}}}} not in spec.arguments"
+                if scope in declared and name not in declared[scope]:
+                    yield o, base, f"{{{{{ref}}}}} not declared in the {scope} parameters"
             yield from task_refs(o, t, base, by_name)
             if t.get("memoize") is not None and not (t.get("container") or t.get("script")):
                 yield o, f"{base}.memoize", "memoize belongs on a container/script template"

@@ -49,12 +49,12 @@ def task(wft: dict, tmpl: str, name: str) -> dict:
         (
             lambda d: template(d, "train")["inputs"]["parameters"][0].update(name="variant"),
             "spec.templates[train]",
-            "not declared in inputs",
+            "not declared in the inputs parameters",
         ),
         (
             lambda d: param(d, "epochs").update(name="epoch"),
             "spec.templates[train]",
-            "not in spec.arguments",
+            "not declared in the workflow parameters",
         ),
         (
             lambda d: template(d, "pipeline").update(memoize=template(d, "ingest").pop("memoize")),
