@@ -1,11 +1,25 @@
-"""Training benchmark: 2 workers on loopback, images/s and test accuracy under a budget.
+"""Training benchmark: accuracy per seed, time against a fixed reference, and scaling efficiency.
 
-Runs ``python -m training.train`` through the local launcher (2 replicas, ``TF_CONFIG``, ring
-all-reduce over loopback), exactly as ``make demo`` and the TFJobs do, then evaluates the exported
-SavedModel on the whole test split through its serving signature (JPEG, as clients send).
+Every run is ``python -m training.train`` as 2 worker processes on loopback (``TF_CONFIG``,
+``MultiWorkerMirroredStrategy``), launched exactly as ``make demo`` and the TFJobs run it; each
+exported SavedModel is then evaluated on the whole test split **as JPEG through its serving
+signature** (what selection and the server compute).
 
-    python bench/train_bench.py --budget full --model-types batch_norm
-    python bench/train_bench.py --budget quick            # all three variants, demo budget
+    python bench/train_bench.py --budget full --seeds 1 2 3   # issue 11's table (~1 h on 2 cores)
+    python bench/train_bench.py --budget quick --seeds 1 --no-reference --no-scaling
+
+Three sections, all in one run so that their timings are comparable (machines of this kind
+differ by up to 3x in speed; only ratios are targets):
+
+* ``reference``: today's yardstick, the batch_norm variant and budget of 2026-11-29
+  (``bench/reference_train.py``), one run; ``time_ratio`` = a variant's median wall time
+  divided by the reference's.
+* ``rows``: every variant x seed under ``--budget``; ``summary``: median, min and max test
+  accuracy and median wall time per variant.
+* ``scaling``: for each per-replica batch, 2-worker throughput against its no-communication
+  limit: the same model and batch as 2 independent single-thread processes (``TF_CONFIG``
+  unset, so no collective) running at the same time; ``efficiency`` = 2-worker images/s /
+  the two processes' images/s together.
 
 Writes ``bench/results/train_bench-<budget>.json`` and a markdown table beside it. Timings are
 reported, never asserted.
@@ -19,26 +33,43 @@ import logging
 import os
 import platform
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 from fmnist_common import MODEL_TYPES
-from fmnist_common.cli import positive_int, run_cli
+from fmnist_common.cli import options_argv, positive_int, run_cli
 from fmnist_pipeline.run import BUDGET_NAMES, budget_of, train_args
 from training.launcher import LaunchError, launch
 from training.select import evaluate_candidate
 
 log = logging.getLogger("bench")
-RESULTS = Path(__file__).resolve().parent / "results"
+BENCH = Path(__file__).resolve().parent
+RESULTS = BENCH / "results"
+SCALING_EPOCHS = 3  # the first epoch traces and sets up the ring; the others are timed
+SCALING_EXAMPLES = 20_480  # training images per timed epoch (both workers together)
 
 
-def bench_one(model_type: str, budget: str, workers: int, data_dir: str | None, encoded, labels):
-    """Train one variant with ``workers`` replicas and evaluate it on ``encoded`` images.
+def history_of(saved: Path) -> dict:
+    """The ``training_history.json`` that the chief wrote beside its export."""
+    return json.loads((saved / "training_history.json").read_text())
+
+
+def steady_ips(hist: dict) -> float:
+    """Median training images/s over the epochs after the first (tracing, ring set-up)."""
+    ips = hist["history"]["images_per_second"]
+    return statistics.median(ips[1:] or ips)
+
+
+def bench_one(model_type, budget, seed, data_dir, encoded, labels, reference=False) -> dict:
+    """Train one variant with 2 replicas and evaluate it on ``encoded`` images.
 
     Args:
+        budget: a budget dict (:func:`fmnist_pipeline.run.budget_of`).
         encoded: the whole test split as JPEG bytes; labels: ``int64 [N]``.
+        reference: run ``bench/reference_train.py`` (the fixed yardstick) instead.
 
     Returns:
         A result row (dict: wall and fit seconds, steady images/s, test accuracy and loss).
@@ -48,49 +79,183 @@ def bench_one(model_type: str, budget: str, workers: int, data_dir: str | None, 
     """
     with tempfile.TemporaryDirectory(prefix="train-bench-") as tmp:
         work = Path(tmp)
-        args = train_args(model_type, work, "bench", budget_of(budget), data_dir)
-        wall = launch(args, num_workers=workers, name=model_type)
+        args = [*train_args(model_type, work, "bench", budget, data_dir), "--seed", str(seed)]
+        env, module = None, "training.train"
+        if reference:
+            from reference_train import REFERENCE_OPTIONS
+
+            args += options_argv(REFERENCE_OPTIONS)  # later options win in argparse
+            env = {
+                "PYTHONPATH": os.pathsep.join(
+                    filter(None, [str(BENCH), os.environ.get("PYTHONPATH")])
+                )
+            }
+            module = "reference_train"
+        wall = launch(args, num_workers=2, name=model_type, env=env, module=module)
         saved = work / "candidates" / model_type
-        hist = json.loads((saved / "training_history.json").read_text())
+        hist = history_of(saved)
         metrics = evaluate_candidate(saved, encoded, labels, batch_size=500)
-    ips = hist["history"]["images_per_second"]
-    steady = ips[1:] or ips  # epoch 1 includes tracing and the collective ring set-up
     return {
-        "model_type": model_type,
-        "budget": budget,
-        "workers": workers,
+        "model_type": "reference" if reference else model_type,
+        "seed": seed,
         "epochs": hist["epochs"],
-        "train_examples": hist["train_examples"],
         "global_batch_size": hist["global_batch_size"],
         "wall_seconds": round(wall, 1),
         "fit_seconds": round(hist["train_seconds"], 1),
-        "images_per_second_median": round(statistics.median(steady)),
-        "images_per_second_max": round(max(ips)),
+        "images_per_second": round(steady_ips(hist)),
         "test_accuracy": round(metrics["accuracy"], 4),
         "test_loss": round(metrics["loss"], 4),
     }
 
 
-def to_markdown(rows: list[dict], meta: dict) -> str:
-    """A README-ready table of the rows."""
-    head = (
-        "| model | budget | workers | epochs | wall s | images/s (median, steady) "
-        "| test accuracy (JPEG, signature) |\n|---|---|---|---|---|---|---|\n"
-    )
-    body = "".join(
-        f"| {r['model_type']} | {r['budget']} | {r['workers']} | {r['epochs']} | "
-        f"{r['wall_seconds']} | {r['images_per_second_median']} | {r['test_accuracy']:.4f} |\n"
-        for r in rows
-    )
-    return f"{head}{body}\n{meta['cpu']}, {meta['cores']} cores, {meta['date']}\n"
+def scaling_row(model_type: str, batch: int, data_dir: str | None) -> dict:
+    """2-worker throughput at ``batch`` per replica against the no-communication limit.
+
+    Both measurements train ``model_type`` for :data:`SCALING_EPOCHS` epochs of
+    :data:`SCALING_EXAMPLES` images in total (no validation) and report the median images/s of
+    the epochs after the first. The limit runs 2 processes with ``TF_CONFIG`` unset (a
+    one-replica strategy: no collective) and 1 intra-op thread each, as the launcher gives each
+    worker, at the same time; their images/s are added.
+
+    Raises:
+        LaunchError: a replica failed.
+    """
+    budget = {
+        "epochs": SCALING_EPOCHS,
+        "train_examples": SCALING_EXAMPLES,
+        "validation_examples": 0,
+        "batch_size_per_replica": batch,
+        "learning_rate": 0.001,
+    }
+    with tempfile.TemporaryDirectory(prefix="scaling-") as tmp:
+        work = Path(tmp)
+        launch(train_args(model_type, work / "mw", "mw", budget, data_dir), 2, name="2-workers")
+        two_workers = steady_ips(history_of(work / "mw" / "candidates" / model_type))
+        solo = {**budget, "train_examples": SCALING_EXAMPLES // 2}
+        env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
+        env.update(TF_NUM_INTRAOP_THREADS="1", TF_NUM_INTEROP_THREADS="2")
+        procs = [
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "training.train",
+                    *train_args(model_type, work / f"p{i}", f"p{i}", solo, data_dir),
+                ],
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for i in range(2)
+        ]
+        for proc in procs:
+            _, err = proc.communicate()
+            if proc.returncode:
+                raise LaunchError(f"limit process exited {proc.returncode}: {err[-2000:]}")
+        limit = sum(
+            steady_ips(history_of(work / f"p{i}" / "candidates" / model_type)) for i in range(2)
+        )
+    return {
+        "model_type": model_type,
+        "batch_size_per_replica": batch,
+        "two_workers_images_per_second": round(two_workers),
+        "limit_images_per_second": round(limit),
+        "efficiency": round(two_workers / limit, 3),
+    }
+
+
+def summarize(rows: list[dict], reference: dict | None) -> list[dict]:
+    """Per variant: median/min/max test accuracy over seeds, median wall time, and the ratio of
+    that wall time to the reference's (``None`` without a reference row)."""
+    out = []
+    for model_type in dict.fromkeys(r["model_type"] for r in rows):
+        mine = [r for r in rows if r["model_type"] == model_type]
+        accs = [r["test_accuracy"] for r in mine]
+        wall = statistics.median(r["wall_seconds"] for r in mine)
+        out.append(
+            {
+                "model_type": model_type,
+                "seeds": len(mine),
+                "accuracy_median": round(statistics.median(accs), 4),
+                "accuracy_min": min(accs),
+                "accuracy_max": max(accs),
+                "wall_seconds_median": round(wall, 1),
+                "time_ratio": round(wall / reference["wall_seconds"], 2) if reference else None,
+            }
+        )
+    return out
+
+
+def to_markdown(result: dict) -> str:
+    """README-ready tables of a result (reference, summary, runs, scaling)."""
+    lines = [
+        "| model | seeds | test accuracy median (min-max) | wall s median | x reference |",
+        "|---|---|---|---|---|",
+    ]
+    ref = result.get("reference")
+    if ref:
+        lines.append(
+            f"| reference (2026-11-29 batch_norm) | 1 | {ref['test_accuracy']:.4f} | "
+            f"{ref['wall_seconds']} | 1.00 |"
+        )
+    for s in result["summary"]:
+        ratio = f"{s['time_ratio']:.2f}" if s["time_ratio"] is not None else "-"
+        lines.append(
+            f"| {s['model_type']} | {s['seeds']} | {s['accuracy_median']:.4f} "
+            f"({s['accuracy_min']:.4f}-{s['accuracy_max']:.4f}) | "
+            f"{s['wall_seconds_median']} | {ratio} |"
+        )
+    lines += [
+        "",
+        "| model | seed | epochs | global batch | wall s | fit s | images/s | accuracy |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in ([ref] if ref else []) + result["rows"]:
+        lines.append(
+            f"| {r['model_type']} | {r['seed']} | {r['epochs']} | {r['global_batch_size']} | "
+            f"{r['wall_seconds']} | {r['fit_seconds']} | {r['images_per_second']} | "
+            f"{r['test_accuracy']:.4f} |"
+        )
+    if result.get("scaling"):
+        lines += [
+            "",
+            "| model | per-replica batch | 2 workers img/s | limit img/s | efficiency |",
+            "|---|---|---|---|---|",
+        ]
+        for s in result["scaling"]:
+            lines.append(
+                f"| {s['model_type']} | {s['batch_size_per_replica']} | "
+                f"{s['two_workers_images_per_second']} | {s['limit_images_per_second']} | "
+                f"{s['efficiency']:.0%} |"
+            )
+    meta = result["meta"]
+    lines += ["", f"{meta['cpu']}, {meta['cores']} cores, {meta['date']}, budget {meta['budget']}"]
+    return "\n".join(lines) + "\n"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """Options: budget, model types, workers, tfds data dir, results dir."""
+    """Options: budget, model types, seeds, reference/scaling sections, data and results dirs."""
     p = argparse.ArgumentParser(prog="bench/train_bench.py", description=__doc__.splitlines()[0])
     p.add_argument("--budget", choices=BUDGET_NAMES, default="full")
     p.add_argument("--model-types", nargs="+", choices=MODEL_TYPES, default=list(MODEL_TYPES))
-    p.add_argument("--workers", type=positive_int, default=2)
+    p.add_argument("--seeds", nargs="+", type=int, default=[1, 2, 3])
+    p.add_argument(
+        "--no-reference",
+        dest="reference",
+        action="store_false",
+        help="skip the reference row (run with --budget full only)",
+    )
+    p.add_argument(
+        "--no-scaling", dest="scaling", action="store_false", help="skip the efficiency section"
+    )
+    p.add_argument(
+        "--scaling-batches",
+        nargs="+",
+        type=positive_int,
+        default=None,
+        help="per-replica batches for the efficiency section (default: 64 and every budget's)",
+    )
     p.add_argument("--data-dir", default=os.environ.get("TFDS_DATA_DIR"))
     p.add_argument("--results-dir", type=Path, default=RESULTS, help="default: bench/results")
     return p
@@ -100,24 +265,42 @@ def main(args: argparse.Namespace) -> int:
     """Run the benchmark and write the results; returns 0."""
     from training.data import encode_images, load_numpy
 
+    sys.path.insert(0, str(BENCH))  # reference_train, whichever the working directory
     images, labels = load_numpy("test", args.data_dir)
     encoded = encode_images(images, "jpeg")
-    rows = []
-    for model_type in args.model_types:
-        rows.append(
-            bench_one(model_type, args.budget, args.workers, args.data_dir, encoded, labels)
+    budget = budget_of(args.budget)
+    result: dict = {"reference": None, "rows": [], "scaling": []}
+    if args.reference and args.budget == "full":  # the yardstick of the full budget only
+        result["reference"] = bench_one(
+            "batch_norm", budget, 42, args.data_dir, encoded, labels, reference=True
         )
-        log.info("%s", json.dumps(rows[-1]))
-    meta = {
+        log.info("%s", json.dumps(result["reference"]))
+    for model_type in args.model_types:
+        for seed in args.seeds:
+            row = bench_one(model_type, budget, seed, args.data_dir, encoded, labels)
+            result["rows"].append(row)
+            log.info("%s", json.dumps(row))
+    result["summary"] = summarize(result["rows"], result["reference"])
+    if args.scaling:
+        batches = args.scaling_batches or sorted(
+            {64, *(budget_of(b)["batch_size_per_replica"] for b in BUDGET_NAMES)}
+        )
+        best = max(result["summary"], key=lambda s: s["accuracy_median"])["model_type"]
+        for batch in batches:
+            result["scaling"].append(scaling_row(best, batch, args.data_dir))
+            log.info("%s", json.dumps(result["scaling"][-1]))
+    result["meta"] = {
         "cpu": platform.processor() or platform.machine(),
         "cores": os.cpu_count(),
         "date": time.strftime("%Y-%m-%d"),
+        "budget": args.budget,
+        "load_average_1m_at_end": round(os.getloadavg()[0], 2),
     }
     args.results_dir.mkdir(parents=True, exist_ok=True)
     (args.results_dir / f"train_bench-{args.budget}.json").write_text(
-        json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n"
+        json.dumps(result, indent=2) + "\n"
     )
-    md = to_markdown(rows, meta)
+    md = to_markdown(result)
     (args.results_dir / f"train_bench-{args.budget}.md").write_text(md)
     print(md)
     return 0

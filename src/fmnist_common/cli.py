@@ -98,6 +98,21 @@ def positive_int(text: str) -> int:
     return value
 
 
+def unit_interval(text: str) -> float:
+    """argparse ``type=`` for a fraction in ``[0, 1)`` (label smoothing, dropout rates).
+
+    Raises:
+        argparse.ArgumentTypeError: not a number, or outside ``[0, 1)`` (usage error, exit 2).
+    """
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0.0 <= value < 1.0:
+        raise argparse.ArgumentTypeError(f"must be in [0, 1), got {value}")
+    return value
+
+
 def options_argv(options: dict[str, object]) -> list[str]:
     """``{"--epochs": 3, "--out": Path("x")}`` -> ``["--epochs", "3", "--out", "x"]``: the
     command line of another program, built from a readable option table (values via ``str``)."""

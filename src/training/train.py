@@ -32,7 +32,7 @@ import uuid
 from pathlib import Path
 
 import training  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
-from fmnist_common.cli import ConfigError, positive_int
+from fmnist_common.cli import ConfigError, positive_int, unit_interval
 from training.data import DatasetError
 from training.leftovers import make_owned_dir, release_dir, remove_stale_dirs
 from training.models import MODEL_TYPES
@@ -42,6 +42,9 @@ log = logging.getLogger("training.train")
 HISTORY_FILE = "training_history.json"
 SCRATCH_PREFIX = "workertemp_"
 LR_SCHEDULES = ("constant", "cosine", "exponential")
+AUGMENTATIONS = ("none", "shift", "shift-flip", "shift-flip-erase")
+SHIFT_PIXELS = 2  # random shifts of up to 2 px (7 % of the side) in each direction
+ERASE_PIXELS = 10  # side of the square that random erasing blanks, half of the time
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -100,12 +103,44 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--seed", type=int, default=42)
     p.add_argument(
+        "--augment",
+        choices=AUGMENTATIONS,
+        default="shift-flip-erase",
+        help="training-time augmentation in tf.data: random shifts, left-right flips, erasing",
+    )
+    p.add_argument(
+        "--label-smoothing", type=unit_interval, default=0.1, help="cross-entropy label smoothing"
+    )
+    p.add_argument(
+        "--collective",
+        choices=("auto", "ring"),
+        default="ring",
+        help="all-reduce implementation on CPU (GPUs always use NCCL)",
+    )
+    p.add_argument(
+        "--pack-mib",
+        type=non_negative_float,
+        default=32.0,
+        help="pack gradients into chunks of this many MiB per all-reduce; 0 = one per tensor",
+    )
+    p.add_argument(
         "--intra-op-threads",
         type=int,
         default=int(os.environ.get("TF_NUM_INTRAOP_THREADS", "0")),
         help="TensorFlow intra-op threads; 0 = TensorFlow's default",
     )
     return p
+
+
+def non_negative_float(text: str) -> float:
+    """argparse ``type=`` for sizes that may be 0 (``--pack-mib``); ArgumentTypeError else."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not value >= 0:  # also rejects nan
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
 
 
 def checkpoint_dir(args: argparse.Namespace) -> Path:
@@ -142,36 +177,87 @@ def run_dirs(args: argparse.Namespace, task: TaskInfo) -> dict[str, Path | None]
     return {"scratch": scratch, "tensorboard": scratch / "tensorboard", "export_parent": scratch}
 
 
-def make_strategy(task: TaskInfo):
-    """``MultiWorkerMirroredStrategy`` with ring all-reduce (CPU) or NCCL when GPUs are visible."""
+def make_strategy(task: TaskInfo, args: argparse.Namespace):
+    """``MultiWorkerMirroredStrategy`` with the ``--collective`` implementation (NCCL when GPUs
+    are visible) and gradients packed into ``--pack-mib`` MiB chunks for the all-reduce."""
     import tensorflow as tf
 
-    impl = (
-        tf.distribute.experimental.CommunicationImplementation.NCCL
+    impl = tf.distribute.experimental.CommunicationImplementation
+    options = tf.distribute.experimental.CommunicationOptions(
+        bytes_per_pack=int(args.pack_mib * 2**20),
+        implementation=impl.NCCL
         if tf.config.list_physical_devices("GPU")
-        else tf.distribute.experimental.CommunicationImplementation.RING
+        else getattr(impl, args.collective.upper()),
     )
-    options = tf.distribute.experimental.CommunicationOptions(implementation=impl)
     return tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
 
 
-def make_dataset(images, labels, global_batch: int, shuffle: bool, seed: int):
-    """``tf.data`` pipeline of ``(float32 [B,28,28,1] 0..255, int64 [B])`` global batches.
+def augment(image, label, kind: str):
+    """Training-time augmentation of one ``uint8 [28, 28, 1]`` image (``kind``: one of
+    :data:`AUGMENTATIONS` but ``none``).
 
-    Sharded across replicas with ``AutoShardPolicy.DATA``: every worker sees the same
-    in-memory dataset and keeps its slice of each global batch.
+    * ``shift``: a random shift of up to :data:`SHIFT_PIXELS` in each direction (zero padding,
+      then a random 28x28 crop);
+    * ``flip``: a random left-right mirror;
+    * ``erase``: half of the time, a random :data:`ERASE_PIXELS` square set to the background
+      (0), clipped at the border ("Cutout", DeVries & Taylor 2017; "Random Erasing", Zhong et
+      al. 2020, which reports gains on Fashion-MNIST).
+
+    Runs in ``tf.data`` only: the exported model has no random layer, so serving computes
+    exactly what evaluation measured.
     """
     import tensorflow as tf
 
-    ds = tf.data.Dataset.from_tensor_slices((images, labels))
-    if shuffle:
+    pad = SHIFT_PIXELS
+    image = tf.image.random_crop(tf.pad(image, [[pad, pad], [pad, pad], [0, 0]]), (28, 28, 1))
+    if "flip" in kind:
+        image = tf.image.random_flip_left_right(image)
+    if "erase" in kind:
+        centre = tf.random.uniform([2], 0, 28, dtype=tf.int32)
+        rows = tf.range(28) - centre[0] + ERASE_PIXELS // 2  # 0..ERASE_PIXELS-1: inside
+        cols = tf.range(28) - centre[1] + ERASE_PIXELS // 2
+        rows, cols = (rows >= 0) & (rows < ERASE_PIXELS), (cols >= 0) & (cols < ERASE_PIXELS)
+        erase = rows[:, None] & cols[None, :] & (tf.random.uniform([]) < 0.5)
+        image = tf.where(erase[:, :, None], tf.zeros_like(image), image)
+    return image, label
+
+
+def make_dataset(images, labels, args: argparse.Namespace, global_batch: int, training: bool):
+    """Input pipelines of ``(float32 [B,28,28,1] 0..255, float32 one-hot [B,10])`` batches.
+
+    Training: a :class:`tf_keras.utils.experimental.DatasetCreator`, so every worker builds its
+    own pipeline (``distribute_datasets_from_function``): it keeps its shard of the examples,
+    shuffles, augments (``--augment``) and batches its per-replica share only, as in
+    TensorFlow's "Distributed input" guide. Validation: a plain dataset of global batches,
+    ``AutoShardPolicy.DATA`` (each replica evaluates its slice of each batch).
+    """
+    import tensorflow as tf
+    import tf_keras as keras
+
+    def one_hot(x, y):  # one-hot labels: the loss applies --label-smoothing to them
+        return tf.cast(x, tf.float32), tf.one_hot(y, 10)
+
+    if not training:
+        options = tf.data.Options()
+        policy = tf.data.experimental.AutoShardPolicy.DATA
+        options.experimental_distribute.auto_shard_policy = policy
+        ds = tf.data.Dataset.from_tensor_slices((images, labels)).batch(global_batch)
+        return ds.map(one_hot).with_options(options).prefetch(tf.data.AUTOTUNE)
+
+    def dataset_fn(ctx: tf.distribute.InputContext):
+        ds = tf.data.Dataset.from_tensor_slices((images, labels))
+        ds = ds.shard(ctx.num_input_pipelines, ctx.input_pipeline_id)
+        seed = args.seed + ctx.input_pipeline_id
         ds = ds.shuffle(len(images), seed=seed, reshuffle_each_iteration=True).repeat()
-    ds = ds.batch(global_batch, drop_remainder=shuffle)
-    ds = ds.map(lambda x, y: (tf.cast(x, tf.float32), y), num_parallel_calls=tf.data.AUTOTUNE)
-    options = tf.data.Options()
-    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
-    options.deterministic = False
-    return ds.with_options(options).prefetch(tf.data.AUTOTUNE)
+        if args.augment != "none":
+            kind = args.augment
+            ds = ds.map(lambda x, y: augment(x, y, kind), num_parallel_calls=tf.data.AUTOTUNE)
+        ds = ds.batch(ctx.get_per_replica_batch_size(global_batch), drop_remainder=True)
+        options = tf.data.Options()
+        options.deterministic = False
+        return ds.map(one_hot).with_options(options).prefetch(tf.data.AUTOTUNE)
+
+    return keras.utils.experimental.DatasetCreator(dataset_fn)
 
 
 def make_schedule(args: argparse.Namespace, steps_per_epoch: int):
@@ -315,7 +401,7 @@ def train(args: argparse.Namespace, task: TaskInfo) -> dict:
     if args.intra_op_threads:
         tf.config.threading.set_intra_op_parallelism_threads(args.intra_op_threads)
         tf.config.threading.set_inter_op_parallelism_threads(max(2, args.intra_op_threads))
-    strategy = make_strategy(task)
+    strategy = make_strategy(task, args)
     replicas = strategy.num_replicas_in_sync
     chief = is_chief(task)
     log.info("task %s:%d chief=%s replicas=%d", task.task_type, task.task_index, chief, replicas)
@@ -328,11 +414,11 @@ def train(args: argparse.Namespace, task: TaskInfo) -> dict:
     x_train, y_train = load_numpy("train", args.data_dir, args.train_examples or None)
     global_batch = args.batch_size_per_replica * replicas
     steps = args.steps_per_epoch or max(1, len(x_train) // global_batch)
-    train_ds = make_dataset(x_train, y_train, global_batch, shuffle=True, seed=args.seed)
+    train_ds = make_dataset(x_train, y_train, args, global_batch, training=True)
     val_ds = None
     if args.validation_examples:
         x_val, y_val = load_numpy("test", args.data_dir, args.validation_examples)
-        val_ds = make_dataset(x_val, y_val, global_batch, shuffle=False, seed=args.seed)
+        val_ds = make_dataset(x_val, y_val, args, global_batch, training=False)
 
     dirs = run_dirs(args, task)
     ckpt = checkpoint_dir(args)
@@ -340,7 +426,9 @@ def train(args: argparse.Namespace, task: TaskInfo) -> dict:
         model = build_model(args.model_type, seed=args.seed)
         model.compile(
             optimizer=keras.optimizers.Adam(make_schedule(args, steps)),
-            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+            loss=keras.losses.CategoricalCrossentropy(
+                from_logits=True, label_smoothing=args.label_smoothing
+            ),
             metrics=["accuracy"],
         )
     callbacks = [

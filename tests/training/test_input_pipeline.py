@@ -1,0 +1,89 @@
+"""The training input pipeline: per-worker shards, per-replica batches, one-hot labels and the
+augmentation (shift, flip, erase), on synthetic images whose pixels identify them."""
+
+import argparse
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from training.train import AUGMENTATIONS, ERASE_PIXELS, SHIFT_PIXELS, augment, make_dataset
+
+
+def _args(augment_kind: str = "none") -> argparse.Namespace:
+    return argparse.Namespace(seed=7, augment=augment_kind)
+
+
+def _numbered(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """``n`` uint8 images whose pixels [0,0] and [0,1] spell the index (base 256)."""
+    images = np.zeros((n, 28, 28, 1), np.uint8)
+    images[:, 0, 0, 0], images[:, 0, 1, 0] = np.arange(n) // 256, np.arange(n) % 256
+    return images, np.arange(n, dtype=np.int64) % 10
+
+
+def _ids(batch_images: np.ndarray) -> list[int]:
+    return [int(a) * 256 + int(b) for a, b in batch_images[:, 0, :2, 0]]
+
+
+def test_each_worker_reads_its_own_shard_in_per_replica_batches():
+    images, labels = _numbered(600)
+    creator = make_dataset(images, labels, _args(), global_batch=100, training=True)
+    seen = []
+    for worker in range(2):
+        ctx = tf.distribute.InputContext(2, worker, 2)
+        batches = list(creator(ctx).take(6).as_numpy_iterator())  # one epoch: 600 / 100 steps
+        assert all(x.shape == (50, 28, 28, 1) and x.dtype == np.float32 for x, _ in batches)
+        assert all(y.shape == (50, 10) and np.all(y.sum(1) == 1) for _, y in batches)
+        ids = [i for x, _ in batches for i in _ids(x)]
+        assert len(set(ids)) == 300, "one epoch of a shard repeats no example"
+        for x, y in batches:  # labels stay with their images
+            assert list(y.argmax(1)) == [i % 10 for i in _ids(x)]
+        seen.append(set(ids))
+    assert seen[0].isdisjoint(seen[1]) and seen[0] | seen[1] == set(range(600))
+
+
+def test_validation_batches_are_global_and_unaugmented():
+    images, labels = _numbered(250)
+    ds = make_dataset(images, labels, _args("shift-flip-erase"), global_batch=100, training=False)
+    batches = list(ds.as_numpy_iterator())
+    assert [len(x) for x, _ in batches] == [100, 100, 50]
+    np.testing.assert_array_equal(np.concatenate([x for x, _ in batches]), images)
+
+
+def _augmented(kind: str, n: int = 300) -> np.ndarray:
+    image = tf.fill((28, 28, 1), tf.constant(255, tf.uint8))
+    return np.stack([augment(image, 0, kind)[0].numpy() for _ in range(n)])[..., 0]
+
+
+def test_shift_moves_the_image_by_at_most_two_pixels_and_pads_with_background():
+    out = _augmented("shift")
+    inner = slice(SHIFT_PIXELS, 28 - SHIFT_PIXELS)
+    assert np.all(out[:, inner, inner] == 255), "the centre always comes from the image"
+    zero_rows = (out == 0).all(axis=2).sum(axis=1)  # padded rows at the top or bottom
+    assert zero_rows.max() == SHIFT_PIXELS and zero_rows.min() == 0
+    assert set(np.unique(out)) == {0, 255}
+
+
+def test_flip_mirrors_left_right_about_half_of_the_time():
+    image = np.zeros((28, 28, 1), np.uint8)
+    image[:, :14] = 255  # left half white
+    outs = [augment(tf.constant(image), 0, "shift-flip")[0].numpy() for _ in range(200)]
+    mirrored = sum(int(o[14, 24, 0] == 255) for o in outs)
+    assert 60 < mirrored < 140
+
+
+def test_erase_blanks_one_square_of_at_most_erase_pixels_about_half_of_the_time():
+    out = _augmented("shift-flip-erase")
+    inner = out[:, SHIFT_PIXELS : 28 - SHIFT_PIXELS, SHIFT_PIXELS : 28 - SHIFT_PIXELS]
+    erased = [img for img in inner if (img == 0).any()]
+    assert 90 < len(erased) < 210
+    for img in erased:
+        rows, cols = np.nonzero(img == 0)
+        assert rows.max() - rows.min() < ERASE_PIXELS and cols.max() - cols.min() < ERASE_PIXELS
+        assert (img == 0).sum() == (rows.max() - rows.min() + 1) * (cols.max() - cols.min() + 1)
+
+
+@pytest.mark.parametrize("kind", [k for k in AUGMENTATIONS if k != "none"])
+def test_augmentation_keeps_shape_dtype_and_label(kind):
+    image, label = augment(tf.zeros((28, 28, 1), tf.uint8), tf.constant(3, tf.int64), kind)
+    assert image.shape == (28, 28, 1) and image.dtype == tf.uint8 and int(label) == 3
