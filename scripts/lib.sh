@@ -75,17 +75,30 @@ sys.exit(f"error: the pipeline has no parameter {name}")
 
 # workflow_json ENTRYPOINT [NAME=VALUE ...]: a Workflow running ENTRYPOINT of the pipeline
 # WorkflowTemplate with these arguments, serialised by json.dumps (values may hold any
-# character: quotes, JSON, newlines).
+# character: quotes, JSON, newlines). Argo ignores arguments that the template does not
+# declare, so a misspelt or repeated name is an error here (names: the template's workflow
+# parameters and the entrypoint's inputs, read from base/ml/pipeline/workflowtemplate.yaml).
 workflow_json() {
   "${PYTHON}" -c '
 import json
 import sys
-ns, template, entrypoint, *params = sys.argv[1:]
+import yaml
+ns, template, path, entrypoint, *params = sys.argv[1:]
+spec = yaml.safe_load(open(path))["spec"]
+templates = {t["name"]: t for t in spec["templates"]}
+if entrypoint not in templates:
+    sys.exit(f"error: no template {entrypoint!r} in {template} (one of {sorted(templates)})")
+inputs = (templates[entrypoint].get("inputs") or {}).get("parameters") or []
+declared = {p["name"] for p in spec["arguments"]["parameters"] + inputs}
 args = []
 for p in params:
     name, sep, value = p.partition("=")
     if not sep or not name:
         sys.exit(f"error: parameter {p!r} is not name=value")
+    if name not in declared:
+        sys.exit(f"error: {template} has no parameter {name!r} (one of {sorted(declared)})")
+    if any(a["name"] == name for a in args):
+        sys.exit(f"error: parameter {name!r} given twice")
     args.append({"name": name, "value": value})
 wf = {
     "apiVersion": "argoproj.io/v1alpha1",
@@ -98,7 +111,7 @@ wf = {
     },
 }
 print(json.dumps(wf, indent=2))
-' "${NAMESPACE}" "${PIPELINE}" "$@"
+' "${NAMESPACE}" "${PIPELINE}" "${REPO_ROOT}/base/ml/pipeline/workflowtemplate.yaml" "$@"
 }
 
 # wait_workflow WORKFLOW TIMEOUT POLL: poll the Workflow's phase; 0 when Succeeded, 1 (with

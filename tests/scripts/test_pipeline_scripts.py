@@ -60,13 +60,33 @@ def params(wf: dict) -> dict[str, str]:
 
 def test_values_with_quotes_survive(fake):
     resources = '{"requests": {"cpu": "1"}, "limits": {"cpu": "2"}}'
+    selector = '{"pool": "a \'b\' \\"c\\"\nd"}'
     proc, wf, _ = fake(
-        "submit-pipeline.sh", "-p", f"train-resources={resources}", "-p", 'note=a "b" c'
+        "submit-pipeline.sh",
+        "-p",
+        f"train-resources={resources}",
+        "-p",
+        f"train-node-selector={selector}",
     )
     assert proc.returncode == 0, proc.stderr
     assert wf["spec"]["workflowTemplateRef"] == {"name": "fashion-mnist-pipeline"}
     assert wf["spec"]["entrypoint"] == "pipeline"
-    assert params(wf) == {"train-resources": resources, "note": 'a "b" c'}
+    assert params(wf) == {"train-resources": resources, "train-node-selector": selector}
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["-p", "epoch=3"], "has no parameter 'epoch'"),  # Argo would ignore it silently
+        (["-p", "epochs=3", "-p", "epochs=4"], "'epochs' given twice"),
+        (["-p", "model-type=cnn"], "has no parameter 'model-type'"),  # the train template's
+        (["--entrypoint", "trian"], "no template 'trian'"),
+    ],
+)
+def test_undeclared_or_repeated_parameters_are_refused(fake, argv, message):
+    proc, wf, _ = fake("submit-pipeline.sh", *argv)
+    assert proc.returncode != 0 and wf is None
+    assert message in proc.stderr.strip().splitlines()[-1]
 
 
 @pytest.mark.parametrize("phase", ["Failed", "Error"])
