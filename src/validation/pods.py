@@ -4,6 +4,7 @@ source."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 
 from kubernetes.utils import parse_quantity
@@ -103,18 +104,34 @@ def security_context(ctx: Context) -> Iterator[Hit]:
             yield o, f"{path}.securityContext.{fld}", msg
 
 
+# The image reference grammar of distribution/reference (regexp.go): [domain/]path[:tag][@digest]
+_PATH = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_LABEL = r"[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?"
+_DOMAIN = rf"(?:{_LABEL}(?:\.{_LABEL})*|\[[a-fA-F0-9:]+\])(?::[0-9]+)?"
+IMAGE_REFERENCE = re.compile(
+    rf"(?:{_DOMAIN}/)?{_PATH}(?:/{_PATH})*(?::(?P<tag>[\w][\w.-]{{0,127}}))?"
+    r"(?P<digest>@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9A-Fa-f]{32,})?"
+)
+
+
 @check("image-tag")
 def image_tag(ctx: Context) -> Iterator[Hit]:
-    """Images pinned by tag or digest, never ``:latest`` or untagged (KServe sets the image of
-    an InferenceService model, which names none)."""
+    """Images are valid references pinned by tag or digest, never ``:latest`` or untagged
+    (KServe sets the image of an InferenceService model, which names none)."""
     for o, _, c, path, _ in checked(ctx):
         image = str(c.get("image", ""))
-        tag = image.rsplit("/", 1)[-1].partition(":")[2]
-        if "@sha256:" in image or ("image" not in c and o.kind == "InferenceService"):
+        if "image" not in c and o.kind == "InferenceService":
             continue
-        if tag in ("", "latest"):
-            problem = "no tag (means :latest)" if not tag else "uses :latest"
-            yield o, f"{path}.image", f"image {image!r}: {problem}" if image else "no image"
+        ref = IMAGE_REFERENCE.fullmatch(image)
+        if not ref:
+            problem = "not a valid image reference ([registry/]name[:tag][@digest])"
+        elif ref["digest"]:
+            continue
+        elif ref["tag"] in (None, "latest"):
+            problem = "no tag (means :latest)" if not ref["tag"] else "uses :latest"
+        else:
+            continue
+        yield o, f"{path}.image", f"image {image!r}: {problem}" if image else "no image"
 
 
 @check("probes")

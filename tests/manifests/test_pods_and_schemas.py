@@ -107,6 +107,14 @@ def test_latest_image_in_workflow_parameter(broken):
     assert {"spec.templates[ingest].container.image", f"{TENSORFLOW}.image"} <= fields
 
 
+def test_malformed_image_reference(broken):
+    # an image-repository that already carries a tag, joined with the one tag by a replacement
+    broken.edit(WFT, lambda d: param(d, "image").update(value="fashion-mnist/ml:latest:0.1.0"))
+    hits = only(broken.check(), "image-tag")
+    assert hits and all("not a valid image reference" in f.message for f in hits)
+    assert f"{TENSORFLOW}.image" in {f.field for f in hits}
+
+
 def test_server_needs_readiness_probe(broken):
     broken.edit(
         KSVC, lambda d: d["spec"]["template"]["spec"]["containers"][0].pop("readinessProbe")
