@@ -17,9 +17,9 @@ differ by up to 3x in speed; only ratios are targets):
 * ``rows``: every variant x seed under ``--budget``; ``summary``: median, min and max test
   accuracy and median wall time per variant.
 * ``scaling``: for each per-replica batch, 2-worker throughput against its no-communication
-  limit: the same model and batch as 2 independent single-thread processes (``TF_CONFIG``
-  unset, so no collective) running at the same time; ``efficiency`` = 2-worker images/s /
-  the two processes' images/s together.
+  limit: the same model and batch as 2 independent processes (``TF_CONFIG`` unset, so no
+  collective) with the launcher's threads per worker (1 each on 2 cores), at the same time;
+  ``efficiency`` = 2-worker images/s / the two processes' images/s together.
 
 Writes ``bench/results/train_bench-<budget>.json`` and a markdown table beside it. Timings are
 reported, never asserted.
@@ -42,7 +42,7 @@ from pathlib import Path
 from fmnist_common import MODEL_TYPES
 from fmnist_common.cli import options_argv, positive_int, run_cli
 from fmnist_pipeline.run import BUDGET_NAMES, budget_of, train_args
-from training.launcher import LaunchError, launch
+from training.launcher import LaunchError, launch, threads_per_replica
 from training.select import evaluate_candidate
 
 log = logging.getLogger("bench")
@@ -114,8 +114,8 @@ def scaling_row(model_type: str, batch: int, data_dir: str | None) -> dict:
     Both measurements train ``model_type`` for :data:`SCALING_EPOCHS` epochs of
     :data:`SCALING_EXAMPLES` images in total (no validation) and report the median images/s of
     the epochs after the first. The limit runs 2 processes with ``TF_CONFIG`` unset (a
-    one-replica strategy: no collective) and 1 intra-op thread each, as the launcher gives each
-    worker, at the same time; their images/s are added.
+    one-replica strategy: no collective) and the intra-op threads the launcher gives each worker
+    (:func:`training.launcher.threads_per_replica`), at the same time; their images/s are added.
 
     Raises:
         LaunchError: a replica failed.
@@ -133,26 +133,30 @@ def scaling_row(model_type: str, batch: int, data_dir: str | None) -> dict:
         two_workers = steady_ips(history_of(work / "mw" / "candidates" / model_type))
         solo = {**budget, "train_examples": SCALING_EXAMPLES // 2}
         env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
-        env.update(TF_NUM_INTRAOP_THREADS="1", TF_NUM_INTEROP_THREADS="2")
-        procs = [
-            subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "training.train",
-                    *train_args(model_type, work / f"p{i}", f"p{i}", solo, data_dir),
-                ],
-                env=env,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.PIPE,
-                text=True,
-            )
-            for i in range(2)
-        ]
-        for proc in procs:
-            _, err = proc.communicate()
-            if proc.returncode:
-                raise LaunchError(f"limit process exited {proc.returncode}: {err[-2000:]}")
+        env.setdefault("TF_NUM_INTRAOP_THREADS", str(threads_per_replica(2)))  # as launch()
+        env.setdefault("TF_NUM_INTEROP_THREADS", "2")
+        procs = []
+        try:
+            for i in range(2):
+                argv = train_args(model_type, work / f"p{i}", f"p{i}", solo, data_dir)
+                with open(work / f"p{i}.log", "w") as out:
+                    procs.append(
+                        subprocess.Popen(
+                            [sys.executable, "-m", "training.train", *argv],
+                            env=env,
+                            stdout=out,
+                            stderr=subprocess.STDOUT,
+                        )
+                    )
+            for i, proc in enumerate(procs):
+                if proc.wait():
+                    tail = (work / f"p{i}.log").read_text()[-2000:]
+                    raise LaunchError(f"limit process exited {proc.returncode}: {tail}")
+        finally:
+            for proc in procs:  # a failure must not leave the other one running
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
         limit = sum(
             steady_ips(history_of(work / f"p{i}" / "candidates" / model_type)) for i in range(2)
         )
@@ -261,8 +265,25 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def write(result: dict, args: argparse.Namespace) -> None:
+    """Write the result so far (JSON and markdown): a failure late in an hour-long run keeps
+    the rows measured before it."""
+    result["summary"] = summarize(result["rows"], result["reference"])
+    result["meta"] = {
+        "cpu": platform.processor() or platform.machine(),
+        "cores": os.cpu_count(),
+        "date": time.strftime("%Y-%m-%d"),
+        "budget": args.budget,
+        "load_average_1m": round(os.getloadavg()[0], 2),
+    }
+    args.results_dir.mkdir(parents=True, exist_ok=True)
+    stem = args.results_dir / f"train_bench-{args.budget}"
+    stem.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")
+    stem.with_suffix(".md").write_text(to_markdown(result))
+
+
 def main(args: argparse.Namespace) -> int:
-    """Run the benchmark and write the results; returns 0."""
+    """Run the benchmark, writing the results after every run; returns 0."""
     from training.data import encode_images, load_numpy
 
     sys.path.insert(0, str(BENCH))  # reference_train, whichever the working directory
@@ -280,7 +301,7 @@ def main(args: argparse.Namespace) -> int:
             row = bench_one(model_type, budget, seed, args.data_dir, encoded, labels)
             result["rows"].append(row)
             log.info("%s", json.dumps(row))
-    result["summary"] = summarize(result["rows"], result["reference"])
+            write(result, args)
     if args.scaling:
         batches = args.scaling_batches or sorted(
             {64, *(budget_of(b)["batch_size_per_replica"] for b in BUDGET_NAMES)}
@@ -289,20 +310,8 @@ def main(args: argparse.Namespace) -> int:
         for batch in batches:
             result["scaling"].append(scaling_row(best, batch, args.data_dir))
             log.info("%s", json.dumps(result["scaling"][-1]))
-    result["meta"] = {
-        "cpu": platform.processor() or platform.machine(),
-        "cores": os.cpu_count(),
-        "date": time.strftime("%Y-%m-%d"),
-        "budget": args.budget,
-        "load_average_1m_at_end": round(os.getloadavg()[0], 2),
-    }
-    args.results_dir.mkdir(parents=True, exist_ok=True)
-    (args.results_dir / f"train_bench-{args.budget}.json").write_text(
-        json.dumps(result, indent=2) + "\n"
-    )
-    md = to_markdown(result)
-    (args.results_dir / f"train_bench-{args.budget}.md").write_text(md)
-    print(md)
+            write(result, args)
+    print(to_markdown(result))
     return 0
 
 

@@ -66,7 +66,7 @@ log() { echo "tools.sh: $*" >&2; }
 versions_get() { # KEY -> value from versions.env, else from the remote base that pins it
   local v
   v="$(sed -n "s/^$1=//p" "$ROOT/versions.env" | tail -n1)"
-  if [[ -z "$v" ]]; then v="$(pinned_version "$1" 2>/dev/null)" || die "versions.env has no $1"; fi
+  if [[ -z "$v" ]]; then v="$(pinned_version "$1")" || exit 1; fi
   printf '%s\n' "$v"
 }
 

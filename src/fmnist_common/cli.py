@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -98,19 +99,31 @@ def positive_int(text: str) -> int:
     return value
 
 
-def unit_interval(text: str) -> float:
-    """argparse ``type=`` for a fraction in ``[0, 1)`` (label smoothing, dropout rates).
+def number(cast=float, low=None, high=None, *, low_open=False, high_open=False):
+    """argparse ``type=`` factory for a finite number in a range, e.g.
+    ``number(float, 0, 1, high_open=True)`` for ``[0, 1)`` or ``number(int, 0)`` for counts
+    that may be 0.
 
-    Raises:
-        argparse.ArgumentTypeError: not a number, or outside ``[0, 1)`` (usage error, exit 2).
+    Returns:
+        A function ``str -> cast`` that raises ``argparse.ArgumentTypeError`` (argparse: usage
+        error, exit 2) for text that is not a finite ``cast`` (``nan``/``inf`` included) or
+        lies outside the range.
     """
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not 0.0 <= value < 1.0:
-        raise argparse.ArgumentTypeError(f"must be in [0, 1), got {value}")
-    return value
+    lo, hi = ("(" if low_open else "[", ")" if high_open else "]")
+    span = f"{lo}{'-inf' if low is None else low}, {'inf' if high is None else high}{hi}"
+
+    def parse(text: str):
+        try:
+            value = cast(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        below = low is not None and (value <= low if low_open else value < low)
+        above = high is not None and (value >= high if high_open else value > high)
+        if not math.isfinite(value) or below or above:
+            raise argparse.ArgumentTypeError(f"must be in {span}, got {text}")
+        return value
+
+    return parse
 
 
 def options_argv(options: dict[str, object]) -> list[str]:

@@ -52,6 +52,12 @@ def cluster_spec(num_workers: int, with_chief: bool = False) -> dict[str, list[s
     return {"worker": addrs}
 
 
+def threads_per_replica(num_replicas: int) -> int:
+    """Intra-op threads for each of ``num_replicas`` processes sharing this machine's cores
+    (at least 1); set as ``TF_NUM_INTRAOP_THREADS`` unless the environment sets it."""
+    return max(1, (os.cpu_count() or 1) // max(1, num_replicas))
+
+
 def _replicas(cluster: dict[str, list[str]]) -> list[tuple[str, int]]:
     return [(t, i) for t in ("chief", "worker") for i in range(len(cluster.get(t, [])))]
 
@@ -97,7 +103,7 @@ def launch(
     """
     out = out or sys.stdout
     cluster = cluster_spec(num_workers, with_chief)
-    threads_each = str(max(1, (os.cpu_count() or 1) // max(1, num_workers)))
+    threads_each = str(threads_per_replica(num_workers))
     procs: list[tuple[str, subprocess.Popen, collections.deque]] = []
     t0 = time.perf_counter()
     # SIGTERM (kubectl delete, timeout, CI cancel) must still stop the replicas: turn it into

@@ -1,9 +1,9 @@
 """Train one model variant with ``MultiWorkerMirroredStrategy`` (what every TFJob replica runs).
 
 Each replica reads ``TF_CONFIG`` (injected by the Kubeflow training operator, or by
-:mod:`training.launcher` locally), joins the collective ring, trains on its ``DATA``-sharded part
-of every global batch, and then *every* replica saves (saving runs collectives); only the chief's
-files survive, following TensorFlow's multi-worker Keras tutorial:
+:mod:`training.launcher` locally), joins the collective ring, trains on its own shard of the
+examples (one input pipeline per worker), and then *every* replica saves (saving runs
+collectives); only the chief's files survive, following TensorFlow's multi-worker Keras tutorial:
 
   * chief: checkpoints under ``<checkpoint-dir>/<model-type>/<run-id>/``, TensorBoard logs under
     ``<tensorboard-dir>/<model-type>/<run-id>/``, the SavedModel at ``--saved-model-dir``
@@ -32,7 +32,7 @@ import uuid
 from pathlib import Path
 
 import training  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
-from fmnist_common.cli import ConfigError, positive_int, unit_interval
+from fmnist_common.cli import ConfigError, number, positive_int
 from training.data import DatasetError
 from training.leftovers import make_owned_dir, release_dir, remove_stale_dirs
 from training.models import MODEL_TYPES
@@ -62,22 +62,33 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--epochs", type=positive_int, default=12)
     p.add_argument(
         "--steps-per-epoch",
-        type=int,
+        type=number(int, 0),
         default=0,
         help="steps per epoch; 0 = one pass over the (limited) train split",
     )
     p.add_argument("--batch-size-per-replica", type=positive_int, default=128)
-    p.add_argument("--learning-rate", type=float, default=0.003, help="peak learning rate")
+    p.add_argument(
+        "--learning-rate",
+        type=number(float, 0, low_open=True),
+        default=0.003,
+        help="peak learning rate",
+    )
     p.add_argument("--lr-schedule", choices=LR_SCHEDULES, default="cosine")
     p.add_argument(
-        "--warmup-epochs", type=float, default=1.0, help="linear warm-up (cosine schedule)"
+        "--warmup-epochs",
+        type=number(float, 0),
+        default=1.0,
+        help="linear warm-up (cosine schedule)",
     )
     p.add_argument(
-        "--train-examples", type=int, default=0, help="use the first N train examples; 0 = all"
+        "--train-examples",
+        type=number(int, 0),
+        default=0,
+        help="use the first N train examples; 0 = all",
     )
     p.add_argument(
         "--validation-examples",
-        type=int,
+        type=number(int, 0),
         default=10_000,
         help="test-split examples evaluated after each epoch for the curves; 0 = none",
     )
@@ -101,7 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=os.environ.get("RUN_ID", "local"),
         help="names this run's checkpoint/log directories; reusing it resumes (default: $RUN_ID)",
     )
-    p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--seed", type=number(int, 0, 2**32 - 1), default=42)
     p.add_argument(
         "--augment",
         choices=AUGMENTATIONS,
@@ -109,7 +120,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="training-time augmentation in tf.data: random shifts, left-right flips, erasing",
     )
     p.add_argument(
-        "--label-smoothing", type=unit_interval, default=0.1, help="cross-entropy label smoothing"
+        "--label-smoothing",
+        type=number(float, 0, 1, high_open=True),
+        default=0.1,
+        help="cross-entropy label smoothing",
     )
     p.add_argument(
         "--collective",
@@ -118,29 +132,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="all-reduce implementation on CPU (GPUs always use NCCL)",
     )
     p.add_argument(
-        "--pack-mib",
-        type=non_negative_float,
-        default=32.0,
-        help="pack gradients into chunks of this many MiB per all-reduce; 0 = one per tensor",
-    )
-    p.add_argument(
         "--intra-op-threads",
-        type=int,
+        type=number(int, 0),
         default=int(os.environ.get("TF_NUM_INTRAOP_THREADS", "0")),
         help="TensorFlow intra-op threads; 0 = TensorFlow's default",
     )
     return p
-
-
-def non_negative_float(text: str) -> float:
-    """argparse ``type=`` for sizes that may be 0 (``--pack-mib``); ArgumentTypeError else."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not value >= 0:  # also rejects nan
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
-    return value
 
 
 def checkpoint_dir(args: argparse.Namespace) -> Path:
@@ -178,23 +175,23 @@ def run_dirs(args: argparse.Namespace, task: TaskInfo) -> dict[str, Path | None]
 
 
 def make_strategy(task: TaskInfo, args: argparse.Namespace):
-    """``MultiWorkerMirroredStrategy`` with the ``--collective`` implementation (NCCL when GPUs
-    are visible) and gradients packed into ``--pack-mib`` MiB chunks for the all-reduce."""
+    """``MultiWorkerMirroredStrategy`` with the ``--collective`` all-reduce (NCCL when GPUs are
+    visible). Gradient packing is left at TensorFlow's default: tf-keras all-reduces every
+    gradient in one call, which ``bytes_per_pack=0`` keeps as one pack (one collective)."""
     import tensorflow as tf
 
     impl = tf.distribute.experimental.CommunicationImplementation
+    gpus = tf.config.list_physical_devices("GPU")
     options = tf.distribute.experimental.CommunicationOptions(
-        bytes_per_pack=int(args.pack_mib * 2**20),
-        implementation=impl.NCCL
-        if tf.config.list_physical_devices("GPU")
-        else getattr(impl, args.collective.upper()),
+        implementation=impl.NCCL if gpus else getattr(impl, args.collective.upper())
     )
     return tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
 
 
-def augment(image, label, kind: str):
+def augment(image, label, kind: str, seed):
     """Training-time augmentation of one ``uint8 [28, 28, 1]`` image (``kind``: one of
-    :data:`AUGMENTATIONS` but ``none``).
+    :data:`AUGMENTATIONS` but ``none``), drawn with stateless random ops from ``seed``
+    (``int64 [2]``), so each worker's draws depend on its own seed stream only:
 
     * ``shift``: a random shift of up to :data:`SHIFT_PIXELS` in each direction (zero padding,
       then a random 28x28 crop);
@@ -208,28 +205,32 @@ def augment(image, label, kind: str):
     """
     import tensorflow as tf
 
+    crop, flip, where, coin = tf.unstack(tf.random.experimental.stateless_split(seed, 4))
     pad = SHIFT_PIXELS
-    image = tf.image.random_crop(tf.pad(image, [[pad, pad], [pad, pad], [0, 0]]), (28, 28, 1))
+    padded = tf.pad(image, [[pad, pad], [pad, pad], [0, 0]])
+    image = tf.image.stateless_random_crop(padded, (28, 28, 1), seed=crop)
     if "flip" in kind:
-        image = tf.image.random_flip_left_right(image)
+        image = tf.image.stateless_random_flip_left_right(image, seed=flip)
     if "erase" in kind:
-        centre = tf.random.uniform([2], 0, 28, dtype=tf.int32)
+        centre = tf.random.stateless_uniform([2], where, 0, 28, dtype=tf.int32)
         rows = tf.range(28) - centre[0] + ERASE_PIXELS // 2  # 0..ERASE_PIXELS-1: inside
         cols = tf.range(28) - centre[1] + ERASE_PIXELS // 2
         rows, cols = (rows >= 0) & (rows < ERASE_PIXELS), (cols >= 0) & (cols < ERASE_PIXELS)
-        erase = rows[:, None] & cols[None, :] & (tf.random.uniform([]) < 0.5)
+        erase = rows[:, None] & cols[None, :] & (tf.random.stateless_uniform([], coin) < 0.5)
         image = tf.where(erase[:, :, None], tf.zeros_like(image), image)
     return image, label
 
 
-def make_dataset(images, labels, args: argparse.Namespace, global_batch: int, training: bool):
+def make_dataset(images, labels, args, global_batch: int, training: bool, steps: int = 0):
     """Input pipelines of ``(float32 [B,28,28,1] 0..255, float32 one-hot [B,10])`` batches.
 
     Training: a :class:`tf_keras.utils.experimental.DatasetCreator`, so every worker builds its
-    own pipeline (``distribute_datasets_from_function``): it keeps its shard of the examples,
-    shuffles, augments (``--augment``) and batches its per-replica share only, as in
-    TensorFlow's "Distributed input" guide. Validation: a plain dataset of global batches,
-    ``AutoShardPolicy.DATA`` (each replica evaluates its slice of each batch).
+    own pipeline (``distribute_datasets_from_function``), as in TensorFlow's "Distributed
+    input" guide: it keeps its shard of the examples, and each epoch (``steps`` batches) takes
+    a fresh permutation of it (no example twice), augments each image (``--augment``, with a
+    random stream seeded by ``--seed`` and the worker) and batches its per-replica share only.
+    Validation: a plain dataset of global batches, ``AutoShardPolicy.DATA`` (each replica
+    evaluates its slice of each batch).
     """
     import tensorflow as tf
     import tf_keras as keras
@@ -245,14 +246,18 @@ def make_dataset(images, labels, args: argparse.Namespace, global_batch: int, tr
         return ds.map(one_hot).with_options(options).prefetch(tf.data.AUTOTUNE)
 
     def dataset_fn(ctx: tf.distribute.InputContext):
+        batch = ctx.get_per_replica_batch_size(global_batch)
+        seed = args.seed * 2**16 + ctx.input_pipeline_id  # one stream per worker
         ds = tf.data.Dataset.from_tensor_slices((images, labels))
         ds = ds.shard(ctx.num_input_pipelines, ctx.input_pipeline_id)
-        seed = args.seed + ctx.input_pipeline_id
-        ds = ds.shuffle(len(images), seed=seed, reshuffle_each_iteration=True).repeat()
+        ds = ds.shuffle(len(images), seed=seed, reshuffle_each_iteration=True)
+        ds = ds.take(steps * batch).repeat()  # one permutation per epoch
         if args.augment != "none":
-            kind = args.augment
-            ds = ds.map(lambda x, y: augment(x, y, kind), num_parallel_calls=tf.data.AUTOTUNE)
-        ds = ds.batch(ctx.get_per_replica_batch_size(global_batch), drop_remainder=True)
+            kind, seeds = args.augment, tf.data.Dataset.random(seed=seed).batch(2)
+            ds = tf.data.Dataset.zip((ds, seeds)).map(
+                lambda xy, s: augment(*xy, kind, s), num_parallel_calls=tf.data.AUTOTUNE
+            )
+        ds = ds.batch(batch, drop_remainder=True)
         options = tf.data.Options()
         options.deterministic = False
         return ds.map(one_hot).with_options(options).prefetch(tf.data.AUTOTUNE)
@@ -414,7 +419,12 @@ def train(args: argparse.Namespace, task: TaskInfo) -> dict:
     x_train, y_train = load_numpy("train", args.data_dir, args.train_examples or None)
     global_batch = args.batch_size_per_replica * replicas
     steps = args.steps_per_epoch or max(1, len(x_train) // global_batch)
-    train_ds = make_dataset(x_train, y_train, args, global_batch, training=True)
+    if len(x_train) < global_batch:  # else a worker's shard could be empty: a hang
+        raise ConfigError(
+            f"{len(x_train)} training examples are fewer than one global batch "
+            f"({args.batch_size_per_replica} per replica x {replicas} replicas)"
+        )
+    train_ds = make_dataset(x_train, y_train, args, global_batch, training=True, steps=steps)
     val_ds = None
     if args.validation_examples:
         x_val, y_val = load_numpy("test", args.data_dir, args.validation_examples)

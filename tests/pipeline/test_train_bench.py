@@ -74,7 +74,7 @@ def test_reference_options_are_accepted_by_the_trainer_and_win_over_the_budget()
     argv += train_bench.options_argv(reference_train.REFERENCE_OPTIONS)
     args = build_parser().parse_args(argv)
     assert (args.epochs, args.augment, args.label_smoothing) == (18, "none", 0.0)
-    assert (args.collective, args.pack_mib) == ("ring", 0)
+    assert (args.collective, args.validation_examples, args.warmup_epochs) == ("ring", 2000, 1)
 
 
 def test_reference_model_is_the_2026_11_29_batch_norm():

@@ -7,7 +7,21 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from fmnist_common.cli import number
 from training.train import AUGMENTATIONS, ERASE_PIXELS, SHIFT_PIXELS, augment, make_dataset
+
+
+def test_number_ranges_reject_nan_inf_and_out_of_range():
+    fraction = number(float, 0, 1, high_open=True)
+    assert fraction("0") == 0.0 and fraction("0.1") == 0.1
+    for bad in ("1", "-0.1", "nan", "inf", "x"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            fraction(bad)
+    count = number(int, 0)
+    assert count("0") == 0
+    for bad in ("-1", "1.5"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            count(bad)
 
 
 def _args(augment_kind: str = "none") -> argparse.Namespace:
@@ -26,20 +40,32 @@ def _ids(batch_images: np.ndarray) -> list[int]:
 
 
 def test_each_worker_reads_its_own_shard_in_per_replica_batches():
-    images, labels = _numbered(600)
-    creator = make_dataset(images, labels, _args(), global_batch=100, training=True)
+    images, labels = _numbered(650)  # 6 steps of 100 per epoch; 50 left out of each epoch
+    creator = make_dataset(images, labels, _args(), global_batch=100, training=True, steps=6)
     seen = []
     for worker in range(2):
         ctx = tf.distribute.InputContext(2, worker, 2)
-        batches = list(creator(ctx).take(6).as_numpy_iterator())  # one epoch: 600 / 100 steps
+        batches = list(creator(ctx).take(18).as_numpy_iterator())  # 3 epochs
         assert all(x.shape == (50, 28, 28, 1) and x.dtype == np.float32 for x, _ in batches)
         assert all(y.shape == (50, 10) and np.all(y.sum(1) == 1) for _, y in batches)
-        ids = [i for x, _ in batches for i in _ids(x)]
-        assert len(set(ids)) == 300, "one epoch of a shard repeats no example"
         for x, y in batches:  # labels stay with their images
             assert list(y.argmax(1)) == [i % 10 for i in _ids(x)]
-        seen.append(set(ids))
-    assert seen[0].isdisjoint(seen[1]) and seen[0] | seen[1] == set(range(600))
+        epochs = [[i for x, _ in batches[e : e + 6] for i in _ids(x)] for e in (0, 6, 12)]
+        assert all(len(set(ids)) == 300 for ids in epochs), "no example twice in an epoch"
+        assert epochs[0] != epochs[1], "each epoch is a fresh permutation"
+        seen.append(set().union(*epochs))
+    assert seen[0].isdisjoint(seen[1]) and seen[0] | seen[1] <= set(range(650))
+
+
+def test_workers_draw_different_augmentations_reproducibly():
+    images, labels = np.full((100, 28, 28, 1), 255, np.uint8), np.zeros(100, np.int64)
+    creator = make_dataset(images, labels, _args("shift-flip-erase"), 20, training=True, steps=5)
+
+    def first_batch(worker: int) -> np.ndarray:
+        return next(creator(tf.distribute.InputContext(2, worker, 2)).as_numpy_iterator())[0]
+
+    assert not np.array_equal(np.sort(first_batch(0), 0), np.sort(first_batch(1), 0))
+    np.testing.assert_array_equal(np.sort(first_batch(0), 0), np.sort(first_batch(0), 0))
 
 
 def test_validation_batches_are_global_and_unaugmented():
@@ -50,24 +76,29 @@ def test_validation_batches_are_global_and_unaugmented():
     np.testing.assert_array_equal(np.concatenate([x for x, _ in batches]), images)
 
 
+def _seed(i: int):
+    return tf.constant([i, 7], tf.int64)
+
+
 def _augmented(kind: str, n: int = 300) -> np.ndarray:
     image = tf.fill((28, 28, 1), tf.constant(255, tf.uint8))
-    return np.stack([augment(image, 0, kind)[0].numpy() for _ in range(n)])[..., 0]
+    return np.stack([augment(image, 0, kind, _seed(i))[0].numpy() for i in range(n)])[..., 0]
 
 
 def test_shift_moves_the_image_by_at_most_two_pixels_and_pads_with_background():
     out = _augmented("shift")
     inner = slice(SHIFT_PIXELS, 28 - SHIFT_PIXELS)
     assert np.all(out[:, inner, inner] == 255), "the centre always comes from the image"
-    zero_rows = (out == 0).all(axis=2).sum(axis=1)  # padded rows at the top or bottom
-    assert zero_rows.max() == SHIFT_PIXELS and zero_rows.min() == 0
+    for axis in (2, 1):  # padded rows (top or bottom), then padded columns (left or right)
+        padded = (out == 0).all(axis=axis).sum(axis=1)
+        assert padded.max() == SHIFT_PIXELS and padded.min() == 0
     assert set(np.unique(out)) == {0, 255}
 
 
 def test_flip_mirrors_left_right_about_half_of_the_time():
     image = np.zeros((28, 28, 1), np.uint8)
     image[:, :14] = 255  # left half white
-    outs = [augment(tf.constant(image), 0, "shift-flip")[0].numpy() for _ in range(200)]
+    outs = [augment(tf.constant(image), 0, "shift-flip", _seed(i))[0].numpy() for i in range(200)]
     mirrored = sum(int(o[14, 24, 0] == 255) for o in outs)
     assert 60 < mirrored < 140
 
@@ -85,5 +116,7 @@ def test_erase_blanks_one_square_of_at_most_erase_pixels_about_half_of_the_time(
 
 @pytest.mark.parametrize("kind", [k for k in AUGMENTATIONS if k != "none"])
 def test_augmentation_keeps_shape_dtype_and_label(kind):
-    image, label = augment(tf.zeros((28, 28, 1), tf.uint8), tf.constant(3, tf.int64), kind)
+    image, label = augment(
+        tf.zeros((28, 28, 1), tf.uint8), tf.constant(3, tf.int64), kind, _seed(1)
+    )
     assert image.shape == (28, 28, 1) and image.dtype == tf.uint8 and int(label) == 3
