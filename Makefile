@@ -28,8 +28,9 @@ export PYTHONUNBUFFERED := 1
 BUDGET ?= quick
 PYTEST_ARGS ?=
 
-# Pinned upstream Go programs (versions in versions.env, recipes in hack/tools/), built into a
-# cache outside the clone; see docs/e2e.md. KUBECONFORM is the binary `make validate` runs.
+# Pinned upstream Go programs (versions in versions.env or their kustomization URL, recipes in
+# hack/tools/), built into a cache outside the clone; see docs/e2e.md. KUBECONFORM is the binary
+# `make validate` runs.
 TOOLS := scripts/tools.sh
 KUBECONFORM_BIN = $(shell $(TOOLS) --bin kubeconform 2>/dev/null)
 
