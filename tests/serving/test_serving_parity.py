@@ -58,7 +58,7 @@ def test_local_server_answers_as_tf_serving(live_server, corpus, signature):
                 np.testing.assert_allclose(
                     np.asarray(got[key], np.float64).reshape(-1, 10) if got[key] else [],
                     np.asarray(ref[key], np.float64).reshape(-1, 10) if ref[key] else [],
-                    atol=1e-6,
+                    atol=1e-5,  # float32: oneDNN's sums depend on the batch the server forms
                     err_msg=name,
                 )
             else:
@@ -78,8 +78,10 @@ def test_every_image_kind_is_served_like_the_grey_original(client, test_images, 
         assert resp.status_code == 200, resp.text
         probs = np.array(resp.json()["outputs"])
         reference = probs[list(kinds).index("png-grey")].argmax()
+        np.testing.assert_allclose(probs.sum(axis=1), 1.0, atol=1e-5)
         for name, p in zip(kinds, probs, strict=True):
-            assert p.argmax() == reference, (idx, name)
+            if name != "png-1bit":  # dithered to black and white: other pixels, maybe another class
+                assert p.argmax() == reference, (idx, name)
 
 
 def _b64(data: bytes) -> str:
