@@ -170,7 +170,12 @@ run() {
 }
 
 case "${1:-}" in
-  up) up; echo "$E2E_DIR/env" ;;
+  up)
+    # A failed start must not leave half a cluster running: stop what started (logs are kept).
+    trap 'rc=$?; if ((rc)) && [[ -n "${E2E_DIR:-}" ]]; then log "start failed: stopping it"; down || true; fi' EXIT
+    up
+    trap - EXIT
+    echo "$E2E_DIR/env" ;;
   down) shift; down "$@" ;;
   run) shift; run "$@" ;;
   -h|--help)
