@@ -109,7 +109,8 @@ def number(cast=float, low=None, high=None, *, low_open=False, high_open=False):
         error, exit 2) for text that is not a finite ``cast`` (``nan``/``inf`` included) or
         lies outside the range.
     """
-    lo, hi = ("(" if low_open else "[", ")" if high_open else "]")
+    lo = "(" if low_open or low is None else "["
+    hi = ")" if high_open or high is None else "]"
     span = f"{lo}{'-inf' if low is None else low}, {'inf' if high is None else high}{hi}"
 
     def parse(text: str):
