@@ -5,9 +5,9 @@ they were on 2026-11-29 (issue 11's baseline), run by today's trainer.
 
 The benchmark launches this module exactly as it launches ``training.train`` (2 replicas,
 ``TF_CONFIG``), adding :data:`REFERENCE_OPTIONS`. Only the model differs from the trainer's
-own code path: :func:`build_reference_model` replaces ``training.models.build_model`` for this
-process. Kept here, and only here, so that the time-to-accuracy target ("at most twice the
-reference's wall time", bench/README.md) keeps one fixed yardstick while the variants change.
+own code path: :func:`build_reference_model` is passed as its model builder. Kept here, and
+only here, so that the time-to-accuracy target ("at most twice the reference's wall time",
+bench/README.md) keeps one fixed yardstick while the variants change.
 """
 
 from __future__ import annotations
@@ -70,12 +70,10 @@ def build_reference_model(model_type: str = "batch_norm", seed: int | None = Non
 
 
 def cli(argv: list[str] | None = None) -> int:
-    """Run ``training.train`` with :func:`build_reference_model` as the model builder."""
-    import training.models
+    """``training.train``'s entry point with :func:`build_reference_model` as the model."""
     from training.train import cli as train_cli
 
-    training.models.build_model = build_reference_model  # read by train() at call time
-    return train_cli(argv)
+    return train_cli(argv, model_builder=build_reference_model)
 
 
 if __name__ == "__main__":

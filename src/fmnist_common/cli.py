@@ -84,21 +84,6 @@ def run_cli(
     return code if isinstance(code, int) else 0
 
 
-def positive_int(text: str) -> int:
-    """argparse ``type=`` for counts that must be at least 1.
-
-    Raises:
-        argparse.ArgumentTypeError: not an integer, or below 1 (argparse: usage error, exit 2).
-    """
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
-
-
 def number(cast=float, low=None, high=None, *, low_open=False, high_open=False):
     """argparse ``type=`` factory for a finite number in a range, e.g.
     ``number(float, 0, 1, high_open=True)`` for ``[0, 1)`` or ``number(int, 0)`` for counts
@@ -111,20 +96,26 @@ def number(cast=float, low=None, high=None, *, low_open=False, high_open=False):
     """
     lo = "(" if low_open or low is None else "["
     hi = ")" if high_open or high is None else "]"
-    span = f"{lo}{'-inf' if low is None else low}, {'inf' if high is None else high}{hi}"
+    span = f"in {lo}{'-inf' if low is None else low}, {'inf' if high is None else high}{hi}"
+    if high is None and low is not None and not low_open:
+        span = f"at least {low}"
+    kind = "an integer" if cast is int else "a number"
 
     def parse(text: str):
         try:
             value = cast(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+            raise argparse.ArgumentTypeError(f"not {kind}: {text!r}") from None
         below = low is not None and (value <= low if low_open else value < low)
         above = high is not None and (value >= high if high_open else value > high)
         if not math.isfinite(value) or below or above:
-            raise argparse.ArgumentTypeError(f"must be in {span}, got {text}")
+            raise argparse.ArgumentTypeError(f"must be {span}, got {text}")
         return value
 
     return parse
+
+
+positive_int = number(int, 1)  # argparse ``type=`` for counts that must be at least 1
 
 
 def options_argv(options: dict[str, object]) -> list[str]:

@@ -22,6 +22,7 @@ Example (what the TFJob containers run)::
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import logging
 import os
@@ -221,29 +222,26 @@ def augment(image, label, kind: str, seed):
     return image, label
 
 
-def make_dataset(images, labels, args, global_batch: int, training: bool, steps: int = 0):
-    """Input pipelines of ``(float32 [B,28,28,1] 0..255, float32 one-hot [B,10])`` batches.
+def _one_hot(x, y):
+    """``(uint8 images, int64 labels)`` -> ``(float32 0..255, float32 one-hot [.., 10])``: the
+    loss applies ``--label-smoothing`` to one-hot labels."""
+    import tensorflow as tf
 
-    Training: a :class:`tf_keras.utils.experimental.DatasetCreator`, so every worker builds its
-    own pipeline (``distribute_datasets_from_function``), as in TensorFlow's "Distributed
-    input" guide: it keeps its shard of the examples, and each epoch (``steps`` batches) takes
-    a fresh permutation of it (no example twice), augments each image (``--augment``, with a
-    random stream seeded by ``--seed`` and the worker) and batches its per-replica share only.
-    Validation: a plain dataset of global batches, ``AutoShardPolicy.DATA`` (each replica
-    evaluates its slice of each batch).
+    return tf.cast(x, tf.float32), tf.one_hot(y, 10)
+
+
+def train_input(images, labels, args: argparse.Namespace, global_batch: int, steps: int):
+    """The training input: a :class:`tf_keras.utils.experimental.DatasetCreator` of
+    ``(float32 [B,28,28,1] 0..255, float32 one-hot [B,10])`` per-replica batches.
+
+    Every worker builds its own pipeline (``distribute_datasets_from_function``), as in
+    TensorFlow's "Distributed input" guide: it keeps its shard of the examples, and each epoch
+    (``steps`` batches) takes a fresh permutation of it (no example twice), augments each image
+    (``--augment``, with a random stream seeded by ``--seed`` and the worker) and batches its
+    per-replica share only.
     """
     import tensorflow as tf
     import tf_keras as keras
-
-    def one_hot(x, y):  # one-hot labels: the loss applies --label-smoothing to them
-        return tf.cast(x, tf.float32), tf.one_hot(y, 10)
-
-    if not training:
-        options = tf.data.Options()
-        policy = tf.data.experimental.AutoShardPolicy.DATA
-        options.experimental_distribute.auto_shard_policy = policy
-        ds = tf.data.Dataset.from_tensor_slices((images, labels)).batch(global_batch)
-        return ds.map(one_hot).with_options(options).prefetch(tf.data.AUTOTUNE)
 
     def dataset_fn(ctx: tf.distribute.InputContext):
         batch = ctx.get_per_replica_batch_size(global_batch)
@@ -260,9 +258,20 @@ def make_dataset(images, labels, args, global_batch: int, training: bool, steps:
         ds = ds.batch(batch, drop_remainder=True)
         options = tf.data.Options()
         options.deterministic = False
-        return ds.map(one_hot).with_options(options).prefetch(tf.data.AUTOTUNE)
+        return ds.map(_one_hot).with_options(options).prefetch(tf.data.AUTOTUNE)
 
     return keras.utils.experimental.DatasetCreator(dataset_fn)
+
+
+def validation_input(images, labels, global_batch: int):
+    """The validation input: ``(float32 [B,28,28,1] 0..255, float32 one-hot [B,10])`` global
+    batches, ``AutoShardPolicy.DATA`` (each replica evaluates its slice of each batch)."""
+    import tensorflow as tf
+
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
+    ds = tf.data.Dataset.from_tensor_slices((images, labels)).batch(global_batch)
+    return ds.map(_one_hot).with_options(options).prefetch(tf.data.AUTOTUNE)
 
 
 def make_schedule(args: argparse.Namespace, steps_per_epoch: int):
@@ -357,8 +366,9 @@ def write_history(path: Path, history: dict) -> None:
     os.replace(tmp, path)
 
 
-def main(args: argparse.Namespace) -> int:
-    """Run this replica's part of the job; returns the exit code.
+def main(args: argparse.Namespace, model_builder=None) -> int:
+    """Run this replica's part of the job; returns the exit code. ``model_builder``:
+    ``(model_type, seed) -> model``, default :func:`training.models.build_model`.
 
     Returns:
         0 when done (an ``evaluator`` task has nothing to do: selection evaluates the
@@ -381,7 +391,7 @@ def main(args: argparse.Namespace) -> int:
     import tensorflow as tf
 
     try:
-        train(args, task)
+        train(args, task, model_builder)
     except Exception as exc:
         if not any(isinstance(exc, getattr(tf.errors, n)) for n in PEER_LOST_ERRORS):
             raise
@@ -395,7 +405,7 @@ def main(args: argparse.Namespace) -> int:
     return 0
 
 
-def train(args: argparse.Namespace, task: TaskInfo) -> dict:
+def train(args: argparse.Namespace, task: TaskInfo, model_builder=None) -> dict:
     """Train, export, and return the history dict (also written as ``training_history.json``).
 
     Raises:
@@ -418,22 +428,22 @@ def train(args: argparse.Namespace, task: TaskInfo) -> dict:
 
     x_train, y_train = load_numpy("train", args.data_dir, args.train_examples or None)
     global_batch = args.batch_size_per_replica * replicas
-    steps = args.steps_per_epoch or max(1, len(x_train) // global_batch)
     if len(x_train) < global_batch:  # else a worker's shard could be empty: a hang
         raise ConfigError(
             f"{len(x_train)} training examples are fewer than one global batch "
             f"({args.batch_size_per_replica} per replica x {replicas} replicas)"
         )
-    train_ds = make_dataset(x_train, y_train, args, global_batch, training=True, steps=steps)
+    steps = args.steps_per_epoch or len(x_train) // global_batch
+    train_ds = train_input(x_train, y_train, args, global_batch, steps)
     val_ds = None
     if args.validation_examples:
         x_val, y_val = load_numpy("test", args.data_dir, args.validation_examples)
-        val_ds = make_dataset(x_val, y_val, args, global_batch, training=False)
+        val_ds = validation_input(x_val, y_val, global_batch)
 
     dirs = run_dirs(args, task)
     ckpt = checkpoint_dir(args)
     with strategy.scope():
-        model = build_model(args.model_type, seed=args.seed)
+        model = (model_builder or build_model)(args.model_type, seed=args.seed)
         model.compile(
             optimizer=keras.optimizers.Adam(make_schedule(args, steps)),
             loss=keras.losses.CategoricalCrossentropy(
@@ -495,11 +505,13 @@ PEER_LOST_EXIT_CODE = 138
 PEER_LOST_ERRORS = ("UnavailableError", "DeadlineExceededError", "AbortedError", "CancelledError")
 
 
-def cli(argv: list[str] | None = None) -> int:
+def cli(argv: list[str] | None = None, model_builder=None) -> int:
     """Console entry point (``fmnist-train``): 0 on success, 1 with one line on a configuration
     error (``TF_CONFIG``, dataset), ``PEER_LOST_EXIT_CODE`` when a peer was lost (retryable);
-    anything else is a bug and keeps its traceback (exit 1, permanent)."""
-    return training.run_cli(main, build_parser(), (TFConfigError, DatasetError), argv)
+    anything else is a bug and keeps its traceback (exit 1, permanent). ``model_builder``: see
+    :func:`main` (the benchmark's reference run passes its own)."""
+    run = functools.partial(main, model_builder=model_builder)
+    return training.run_cli(run, build_parser(), (TFConfigError, DatasetError), argv)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,14 @@ import pytest
 import tensorflow as tf
 
 from fmnist_common.cli import number
-from training.train import AUGMENTATIONS, ERASE_PIXELS, SHIFT_PIXELS, augment, make_dataset
+from training.train import (
+    AUGMENTATIONS,
+    ERASE_PIXELS,
+    SHIFT_PIXELS,
+    augment,
+    train_input,
+    validation_input,
+)
 
 
 def test_number_ranges_reject_nan_inf_and_out_of_range():
@@ -41,7 +48,7 @@ def _ids(batch_images: np.ndarray) -> list[int]:
 
 def test_each_worker_reads_its_own_shard_in_per_replica_batches():
     images, labels = _numbered(650)  # 6 steps of 100 per epoch; 50 left out of each epoch
-    creator = make_dataset(images, labels, _args(), global_batch=100, training=True, steps=6)
+    creator = train_input(images, labels, _args(), global_batch=100, steps=6)
     seen = []
     for worker in range(2):
         ctx = tf.distribute.InputContext(2, worker, 2)
@@ -59,7 +66,7 @@ def test_each_worker_reads_its_own_shard_in_per_replica_batches():
 
 def test_workers_draw_different_augmentations_reproducibly():
     images, labels = np.full((100, 28, 28, 1), 255, np.uint8), np.zeros(100, np.int64)
-    creator = make_dataset(images, labels, _args("shift-flip-erase"), 20, training=True, steps=5)
+    creator = train_input(images, labels, _args("shift-flip-erase"), 20, steps=5)
 
     def first_batch(worker: int) -> np.ndarray:
         return next(creator(tf.distribute.InputContext(2, worker, 2)).as_numpy_iterator())[0]
@@ -70,7 +77,7 @@ def test_workers_draw_different_augmentations_reproducibly():
 
 def test_validation_batches_are_global_and_unaugmented():
     images, labels = _numbered(250)
-    ds = make_dataset(images, labels, _args("shift-flip-erase"), global_batch=100, training=False)
+    ds = validation_input(images, labels, global_batch=100)
     batches = list(ds.as_numpy_iterator())
     assert [len(x) for x, _ in batches] == [100, 100, 50]
     np.testing.assert_array_equal(np.concatenate([x for x, _ in batches]), images)
