@@ -4,7 +4,6 @@ resource conditions. Templates are named by their ``name`` in field paths
 
 from __future__ import annotations
 
-import ast
 import re
 from typing import NamedTuple
 
@@ -16,7 +15,8 @@ WORKFLOW_KINDS = {"Workflow", "WorkflowTemplate", "ClusterWorkflowTemplate", "Cr
 PLACEHOLDER = re.compile(r"\{\{\s*([^{}]+?)\s*\}\}")
 # What {{workflow.name}} becomes when the harness substitutes it (a generateName-like name).
 SAMPLE_WORKFLOW_NAME = "fashion-mnist-pipeline-x7k2p"
-SPRIG = {"replace": lambda old, new, s: s.replace(old, new), "lower": str.lower, "upper": str.upper}
+# The one Argo expression the manifests use: sprig.replace('old', 'new', inputs.parameters['x'])
+REPLACE = re.compile(r"sprig\.replace\('([^']*)', *'([^']*)', *inputs\.parameters\['([^']+)'\]\)")
 # One requirement of a resource condition: (key, operator, value) of a Kubernetes label-selector
 # requirement (``in``/``notin`` value lists: no operator group).
 REQUIREMENT = re.compile(
@@ -38,48 +38,30 @@ def workflow_params(spec: dict) -> dict[str, str]:
 
 
 def expression(expr: str, values: dict[str, str]) -> str | None:
-    """An Argo ``{{=expr}}`` of the simple kind the manifests use (string literals, parameter
-    lookups ``inputs.parameters['x']``, ``sprig.replace/lower/upper``); None otherwise."""
-
-    def ev(n):
-        if isinstance(n, ast.Constant) and isinstance(n.value, str):
-            return n.value
-        if isinstance(n, ast.Subscript) and isinstance(n.slice, ast.Constant):
-            return values.get(f"{ast.unparse(n.value)}.{n.slice.value}")
-        if isinstance(n, ast.Attribute):
-            return values.get(ast.unparse(n))
-        if isinstance(n, ast.Call) and ast.unparse(n.func).removeprefix("sprig.") in SPRIG:
-            args = [ev(a) for a in n.args]
-            return None if None in args else SPRIG[ast.unparse(n.func)[6:]](*args)
-        return None
-
-    try:
-        return ev(ast.parse(expr, mode="eval").body)
-    except (SyntaxError, TypeError):
-        return None
+    """An Argo ``{{=expr}}`` of the one form the manifests use (:data:`REPLACE`); None for any
+    other, which stays unresolved (the ``workflow`` check reports it)."""
+    m = REPLACE.fullmatch(expr.strip())
+    value = values.get(f"inputs.parameters.{m[3]}") if m else None
+    return None if value is None else value.replace(m[1], m[2])
 
 
-def substitute(text: str, values: dict[str, str]) -> str:
-    """Replace ``{{name}}`` placeholders whose name is in ``values`` and the ``{{=expr}}`` that
-    :func:`expression` evaluates; leave the others."""
+def substitute(node, values: dict[str, str]):
+    """A copy of a string (or of every string of a JSON-like tree) with the ``{{name}}``
+    placeholders whose name is in ``values`` and the ``{{=expr}}`` that :func:`expression`
+    evaluates replaced; the others left."""
+    if isinstance(node, dict):
+        return {k: substitute(v, values) for k, v in node.items()}
+    if isinstance(node, list):
+        return [substitute(v, values) for v in node]
+    if not isinstance(node, str):
+        return node
 
     def one(m: re.Match) -> str:
         name = m.group(1)
         got = expression(name[1:], values) if name.startswith("=") else values.get(name)
         return m.group(0) if got is None else got
 
-    return PLACEHOLDER.sub(one, text)
-
-
-def substitute_tree(node, values: dict[str, str]):
-    """:func:`substitute` on every string of a JSON-like tree (returns a copy)."""
-    if isinstance(node, str):
-        return substitute(node, values)
-    if isinstance(node, list):
-        return [substitute_tree(x, values) for x in node]
-    if isinstance(node, dict):
-        return {k: substitute_tree(v, values) for k, v in node.items()}
-    return node
+    return PLACEHOLDER.sub(one, node)
 
 
 def requirements(condition, values: dict[str, str]) -> list[tuple[str, re.Match | None]]:

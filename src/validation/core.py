@@ -90,13 +90,8 @@ CHECKS: dict[str, Callable[[Context], Iterable[Hit]]] = {}
 
 def check(name: str):
     """Register a check under ``name``, the name of every finding it yields."""
-
-    def register(fn: Callable[[Context], Iterable[Hit]]):
-        assert name not in CHECKS, f"check {name!r} registered twice"
-        CHECKS[name] = fn
-        return fn
-
-    return register
+    assert name not in CHECKS, f"check {name!r} registered twice"
+    return lambda fn: CHECKS.setdefault(name, fn)
 
 
 def exemptions(o: Obj) -> set[str]:

@@ -1,6 +1,5 @@
-"""Pods topic: every container of our pod templates (TFJob replicas, Workflow templates,
-InferenceService predictors, Knative Services, workloads). Upstream objects are exempt by
-source."""
+"""Pods topic: every container of our objects (any pod spec, KServe models, Workflow
+templates). Upstream objects are exempt by source."""
 
 from __future__ import annotations
 
@@ -9,12 +8,10 @@ from collections.abc import Iterator
 
 from kubernetes.utils import parse_quantity
 
-from validation.argo import WORKFLOW_KINDS, calls, substitute_tree, workflow_spec
+from validation.argo import WORKFLOW_KINDS, calls, substitute, workflow_spec
 from validation.core import Context, Hit, Obj, check, dig, named
 
-WORKLOADS = {"Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job", "CronJob", "Pod"}
-SERVERS = {"Deployment", "StatefulSet", "DaemonSet", "ReplicaSet"}
-PodTemplate = tuple[dict, list[tuple[dict, str]], bool]  # pod spec, (container, path), server
+SERVERS = {"Deployment", "StatefulSet", "DaemonSet", "ReplicaSet"}  # with ports: a server
 
 
 def containers(pod: dict, path: str, keys=("initContainers", "containers")) -> list:
@@ -22,42 +19,39 @@ def containers(pod: dict, path: str, keys=("initContainers", "containers")) -> l
     return [(c, p) for key in keys for c, p in named(pod.get(key), f"{path}.{key}")]
 
 
-def pod_templates(o: Obj) -> Iterator[PodTemplate]:
-    """Every pod template of an object, by kind."""
-    spec = o.doc.get("spec") or {}
-    if o.kind in WORKLOADS:
-        path = {"CronJob": "spec.jobTemplate.spec.template.spec", "Pod": "spec"}.get(o.kind)
-        pod = dig(o.doc, *(path or "spec.template.spec").split("."), default={})
-        ports = any(c.get("ports") for c in pod.get("containers") or [])
-        yield pod, containers(pod, path or "spec.template.spec"), o.kind in SERVERS and ports
-    elif o.kind == "TFJob":
-        for rtype, rspec in (spec.get("tfReplicaSpecs") or {}).items():
-            pod = dig(rspec, "template", "spec", default={})
-            yield pod, containers(pod, f"spec.tfReplicaSpecs.{rtype}.template.spec"), False
-    elif o.kind == "Service" and o.doc.get("apiVersion", "").startswith("serving.knative.dev/"):
-        pod = dig(spec, "template", "spec", default={})
-        yield pod, containers(pod, "spec.template.spec"), True
-    elif o.kind == "InferenceService":  # KServe probes the runtime's port: no probe required
-        for comp, c in spec.items():
-            if comp in ("predictor", "transformer", "explainer") and isinstance(c, dict):
-                models = [(v, f"spec.{comp}.{k}") for k, v in c.items() if dig(v, "modelFormat")]
-                yield c, containers(c, f"spec.{comp}") + models, False
-    elif o.kind in WORKFLOW_KINDS:
+def mappings(node, path: str) -> Iterator[tuple[dict, str]]:
+    """(mapping, dotted path) of a tree's mappings, ``node`` first (lists not entered)."""
+    if isinstance(node, dict):
+        yield node, path
+        for k, v in node.items():
+            yield from mappings(v, f"{path}.{k}")
+
+
+def pod_containers(o: Obj) -> Iterator[tuple[dict, dict, str, bool]]:
+    """(pod spec, container, path, server) of every container of an object: those of each
+    mapping of its spec with containers (workloads, TFJob replicas, Knative Services) and
+    KServe models (InferenceService components; KServe probes the runtime's port, no probe
+    required); a Workflow's templates once per call, values substituted."""
+    if o.kind in WORKFLOW_KINDS:
         pod_sc = workflow_spec(o).get("securityContext") or {}
         for call in calls(o):
             t = call.template
             conts = [(t[k], f"{call.path}.{k}") for k in ("container", "script") if t.get(k)]
             conts += containers(t, call.path, ("initContainers", "sidecars"))
-            conts = [(substitute_tree(c, call.values), p) for c, p in conts]
-            pod = {"securityContext": t.get("securityContext") or pod_sc}
-            yield pod, conts, bool(t.get("daemon"))
+            pod, server = {"securityContext": t.get("securityContext") or pod_sc}, t.get("daemon")
+            yield from ((pod, substitute(c, call.values), p, bool(server)) for c, p in conts)
+        return
+    knative = o.doc.get("apiVersion", "").startswith("serving.knative.dev/")
+    for pod, path in mappings(o.doc.get("spec"), "spec"):
+        models = [(v, f"{path}.{k}") for k, v in pod.items() if dig(v, "modelFormat")]
+        ports = any(c.get("ports") for c in pod.get("containers") or [])
+        server = knative or (o.kind in SERVERS and ports)
+        yield from ((pod, c, p, server) for c, p in containers(pod, path) + models)
 
 
 def checked(ctx: Context) -> Iterator[tuple[Obj, dict, dict, str, bool]]:
     """(object, pod, container, path, server) of our objects' containers."""
-    for o in ctx.ours:
-        for pod, conts, server in pod_templates(o):
-            yield from ((o, pod, c, path, server) for c, path in conts)
+    return ((o, *c) for o in ctx.ours for c in pod_containers(o))
 
 
 @check("resources")

@@ -46,11 +46,10 @@ def builtin_schemas(k8s_version: str, dest: Path) -> str:
 def named_path(doc, pointer: str) -> str:
     """A JSON pointer as a dotted path, list items by their name where they have one."""
     out, node = "", doc
-    for part in [p for p in pointer.split("/") if p]:
+    for part in filter(None, pointer.split("/")):
         if isinstance(node, list) and part.isdigit() and int(part) < len(node):
             node = node[int(part)]
-            name = node.get("name") if isinstance(node, dict) else None
-            out += f"[{name if name is not None else part}]"
+            out += f"[{node.get('name', part) if isinstance(node, dict) else part}]"
         else:
             node = node.get(part) if isinstance(node, dict) else None
             out += f".{part}" if out else part
@@ -66,10 +65,8 @@ def validate(objs: list[Obj], root: Path, k8s_version: str, workdir: Path) -> li
         return [finding("schema", str(e))]
     locations = ["default", CRDS_CATALOG_URL]  # offline: the package's and the mirror's
     if schema_dir := os.environ.get("KUBE_SCHEMA_DIR"):
-        locations = [
-            builtin_schemas(k8s_version, workdir / "builtin"),
-            f"{schema_dir}/{CATALOG_LAYOUT}",
-        ]
+        builtin = builtin_schemas(k8s_version, workdir / "builtin")
+        locations = [builtin, f"{schema_dir}/{CATALOG_LAYOUT}"]
     copies: dict[str, list[Obj]] = {}  # one file per distinct object (overlays share many)
     for o in ours:
         copies.setdefault(json.dumps(o.doc, sort_keys=True), []).append(o)
@@ -77,17 +74,8 @@ def validate(objs: list[Obj], root: Path, k8s_version: str, workdir: Path) -> li
     for i, same in enumerate(copies.values()):
         (workdir / "objs" / f"{i}.yaml").write_text(yaml.safe_dump(same[0].doc, sort_keys=False))
     # one worker: parallel workers each compile the same large CRD schemas (measured 3x slower)
-    cmd = [
-        exe,
-        "-strict",
-        "-n",
-        "1",
-        "-output",
-        "json",
-        "-kubernetes-version",
-        k8s_version.lstrip("v"),
-    ]
-    cmd += [arg for loc in locations for arg in ("-schema-location", loc)]
+    cmd = [exe, "-strict", "-n=1", "-output=json", f"-kubernetes-version={k8s_version.lstrip('v')}"]
+    cmd += [f"-schema-location={loc}" for loc in locations]
     proc = subprocess.run([*cmd, str(workdir / "objs")], capture_output=True, text=True)
     try:
         results = json.loads(proc.stdout or "{}").get("resources") or []

@@ -8,17 +8,7 @@ from graphlib import CycleError, TopologicalSorter
 
 import yaml
 
-from validation.argo import (
-    PLACEHOLDER,
-    WORKFLOW_KINDS,
-    calls,
-    embedded,
-    requirements,
-    substitute,
-    tasks,
-    workflow_params,
-    workflow_spec,
-)
+from validation import argo
 from validation.core import Context, Hit, check, dig, named
 from validation.pods import restricted
 
@@ -31,20 +21,20 @@ DEPENDS_NAME = re.compile(r"([A-Za-z0-9][A-Za-z0-9_\-]*)(?:\.[A-Za-z]+)?")
 @check("workflow")
 def structure(ctx: Context) -> Iterator[Hit]:
     """Templates, tasks and parameters refer to what exists; memoize and conditions are valid."""
-    for o in ctx.kinds(*WORKFLOW_KINDS):
-        spec = workflow_spec(o)
+    for o in ctx.kinds(*argo.WORKFLOW_KINDS):
+        spec = argo.workflow_spec(o)
         by_name = {t.get("name"): t for t in spec.get("templates") or []}
-        declared = {"workflow": workflow_params(spec)}  # parameters in scope, by scope
+        declared = {"workflow": argo.workflow_params(spec)}  # parameters in scope, by scope
         if spec.get("entrypoint") not in by_name and "workflowTemplateRef" not in spec:
             yield o, "spec.entrypoint", f"no template {spec.get('entrypoint')!r}"
         if spec.get("onExit") and spec["onExit"] not in by_name:
             yield o, "spec.onExit", f"no template {spec['onExit']!r}"
-        yield from ((o, fld, msg) for fld, msg in embedded(o)[1])  # resource step manifests
-        for call in calls(o):
+        yield from ((o, fld, msg) for fld, msg in argo.embedded(o)[1])  # resource step manifests
+        for call in argo.calls(o):
             t, base = call.template, call.path
             declared["inputs"] = {p.get("name") for p in dig(t, "inputs", "parameters", default=[])}
             own = repr({k: v for k, v in t.items() if k not in ("dag", "steps")})
-            for ref in PLACEHOLDER.findall(own):
+            for ref in argo.PLACEHOLDER.findall(own):
                 scope, _, name = ref.partition(".parameters.")
                 if scope in declared and name not in declared[scope]:
                     yield o, base, f"{{{{{ref}}}}} not declared in the {scope} parameters"
@@ -52,15 +42,15 @@ def structure(ctx: Context) -> Iterator[Hit]:
             if t.get("memoize") is not None and not (t.get("container") or t.get("script")):
                 yield o, f"{base}.memoize", "memoize belongs on a container/script template"
             for key in ("successCondition", "failureCondition"):
-                for req, parsed in requirements(dig(t, "resource", key), call.values):
+                for req, parsed in argo.requirements(dig(t, "resource", key), call.values):
                     if not parsed:
                         yield o, f"{base}.resource.{key}", f"{req!r} is not an Argo condition"
 
 
 def task_refs(o, t: dict, base: str, by_name: dict) -> Iterator[Hit]:
     """A template's tasks call templates that exist, wait for tasks that exist, pass inputs."""
-    names = {x.get("name") for x in tasks(t)}
-    for task, path in named(tasks(t), f"{base}.{'dag.tasks' if t.get('dag') else 'steps'}"):
+    names = {x.get("name") for x in argo.tasks(t)}
+    for task, path in named(argo.tasks(t), f"{base}.{'dag.tasks' if t.get('dag') else 'steps'}"):
         if (target := by_name.get(task.get("template"))) is None:
             if task.get("template"):
                 yield o, f"{path}.template", f"no template {task.get('template')!r}"
@@ -81,8 +71,8 @@ def depends(task: dict) -> list[str]:
 @check("workflow-dag")
 def dag_cycles(ctx: Context) -> Iterator[Hit]:
     """No dependency cycle (self-dependency included) among a DAG's tasks (graphlib)."""
-    for o in ctx.kinds(*WORKFLOW_KINDS):
-        for t, path in named(workflow_spec(o).get("templates"), "spec.templates"):
+    for o in ctx.kinds(*argo.WORKFLOW_KINDS):
+        for t, path in named(argo.workflow_spec(o).get("templates"), "spec.templates"):
             dag = dig(t, "dag", "tasks", default=[])
             graph = {x.get("name"): [*(x.get("dependencies") or []), *depends(x)] for x in dag}
             try:
@@ -98,8 +88,8 @@ def dag_cycles(ctx: Context) -> Iterator[Hit]:
 @check("workflow-params")
 def min_accuracy(ctx: Context) -> Iterator[Hit]:
     """The ``min-accuracy`` parameter is a number in [0, 1]."""
-    for o in ctx.kinds(*WORKFLOW_KINDS):
-        value = workflow_params(workflow_spec(o)).get("min-accuracy")
+    for o in ctx.kinds(*argo.WORKFLOW_KINDS):
+        value = argo.workflow_params(argo.workflow_spec(o)).get("min-accuracy")
         try:
             ok = value is None or 0.0 <= float(value) <= 1.0
         except ValueError:
@@ -112,10 +102,10 @@ def min_accuracy(ctx: Context) -> Iterator[Hit]:
 @check("memoize-key")
 def memoize_key(ctx: Context) -> Iterator[Hit]:
     """A memoize key, rendered with the parameter defaults, is a valid Argo cache key."""
-    for o in ctx.kinds(*WORKFLOW_KINDS):
-        for call in calls(o):
+    for o in ctx.kinds(*argo.WORKFLOW_KINDS):
+        for call in argo.calls(o):
             if (memo := call.template.get("memoize")) is not None:
-                key = substitute(str(memo.get("key", "")), call.values)
+                key = argo.substitute(str(memo.get("key", "")), call.values)
                 if not MEMOIZE_KEY.fullmatch(key):  # Go's $ does not match before a final \n
                     msg = f"renders to {key!r}; Argo accepts only {MEMOIZE_KEY.pattern}"
                     yield o, f"{call.path}.memoize.key", msg
@@ -123,8 +113,8 @@ def memoize_key(ctx: Context) -> Iterator[Hit]:
 
 def memo_caches(ctx: Context) -> Iterator[tuple[str, str]]:
     """(namespace, ConfigMap name) of every memoize cache our Workflows use."""
-    for o in ctx.kinds(*WORKFLOW_KINDS):
-        for t in workflow_spec(o).get("templates") or []:
+    for o in ctx.kinds(*argo.WORKFLOW_KINDS):
+        for t in argo.workflow_spec(o).get("templates") or []:
             if name := dig(t, "memoize", "cache", "configMap", "name"):
                 yield o.namespace, name
 
