@@ -97,12 +97,11 @@ def calls(o: Obj) -> list[Call]:
     base |= {"workflow.name": SAMPLE_WORKFLOW_NAME, "workflow.namespace": o.namespace or "default"}
 
     def call(t: dict, caller: str, args: dict) -> Call:
-        params = dig(t, "inputs", "parameters", default=[])
-        given = {
-            p.get("name"): args.get(p.get("name"), p.get("value", p.get("default"))) for p in params
-        }
-        values = {f"inputs.parameters.{k}": str(v) for k, v in given.items() if v is not None}
-        return Call(t, caller, base | values, f"spec.templates[{t.get('name')}]")
+        values = dict(base)
+        for p in dig(t, "inputs", "parameters", default=[]):
+            if (v := args.get(p.get("name"), p.get("value", p.get("default")))) is not None:
+                values[f"inputs.parameters.{p.get('name')}"] = str(v)
+        return Call(t, caller, values, f"spec.templates[{t.get('name')}]")
 
     out = []
     for task in (task for t in by_name.values() for task in tasks(t)):

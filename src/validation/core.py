@@ -49,17 +49,14 @@ class Obj:
         self.namespace: str = self.meta.get("namespace") or ""
         self.ref = f"{self.kind}/{self.namespace + '/' if self.namespace else ''}{self.name}"
 
-    def path(self, p: str) -> str:
-        """A field of this object, prefixed with the embedding field when embedded."""
-        return f"{self.embedded_in} > {p}" if self.embedded_in and p else (p or self.embedded_in)
-
 
 def finding(check: str, message: str, obj: Obj | None = None, field: str = "", **where) -> Finding:
-    """The one way to build a finding: about ``obj`` (and a field of it), or about a file or
-    kustomization (``where``: file=, kustomization=)."""
+    """The one way to build a finding: about ``obj`` (and a field of it, after the embedding
+    field when embedded), or about a file or kustomization (``where``: file=, kustomization=)."""
     if obj is None:
         return Finding(check, message, field=field, **where)
-    return Finding(check, message, obj.source, obj.kustomization, obj.ref, obj.path(field))
+    field = " > ".join(f for f in (obj.embedded_in, field) if f)
+    return Finding(check, message, obj.source, obj.kustomization, obj.ref, field)
 
 
 @dataclass

@@ -51,13 +51,10 @@ def memoize_cache_drift(ctx: Context) -> Iterator[Hit]:
     for app in ctx.kinds("Application"):
         if not (synced := ctx.rendered.get(str(dig(app.doc, "spec", "source", "path")))):
             continue
-        ignored = {
-            (i.get("kind"), i.get("name"))
-            for i in dig(app.doc, "spec", "ignoreDifferences", default=[])
-        }
+        ignores = dig(app.doc, "spec", "ignoreDifferences", default=[])
+        ignored = {i.get("name") for i in ignores if i.get("kind") == "ConfigMap"}
         caches = {name for _, name in memo_caches(Context(synced, ctx.rendered))}
-        for cm in (o for o in synced if o.kind == "ConfigMap" and o.name in caches):
-            if ("ConfigMap", cm.name) not in ignored:
-                msg = f"ConfigMap {cm.namespace}/{cm.name} is a memoize cache the Argo controller"
-                msg += " rewrites: ignore its differences (or leave it out of git)"
-                yield app, "spec.ignoreDifferences", msg
+        for cm in (o for o in synced if o.kind == "ConfigMap" and o.name in caches - ignored):
+            msg = f"ConfigMap {cm.namespace}/{cm.name} is a memoize cache the Argo controller"
+            msg += " rewrites: ignore its differences (or leave it out of git)"
+            yield app, "spec.ignoreDifferences", msg

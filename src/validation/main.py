@@ -1,6 +1,6 @@
 """``python -m validation [kustomization ...]``: render, validate schemas, run the checks.
 Exit status 1 when a check fails; a configuration error (no versions.env in the root, a
-missing mirror file, no kubectl) is one line on stderr, exit status 1."""
+missing mirror file, no kubectl or kubeconform) is one line on stderr, exit status 1."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ def run(root: Path, kusts: list[str] | None = None, mirror_dir: Path | None = No
     """Render (every kustomization, or those named), validate and check (:func:`expand`).
 
     Returns (findings, rendered objects by kustomization); FileNotFoundError for a missing
-    mirror file or kubectl, ValueError for a bad versions.env."""
+    mirror file, kubectl or kubeconform, ValueError for a bad versions.env."""
     k8s_version = render.parse_versions_env(root / "versions.env")["KUBERNETES_VERSION"]
     with tempfile.TemporaryDirectory(prefix="validation-") as tmp:
         findings, mirrors = render.prepare_tree(root, Path(tmp) / "tree", mirror_dir)

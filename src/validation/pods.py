@@ -3,6 +3,7 @@ templates). Upstream objects are exempt by source."""
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Iterator
 
@@ -69,12 +70,10 @@ def limits_not_below_requests(ctx: Context) -> Iterator[Hit]:
     for o, _, c, path, _ in checked(ctx):
         for r in ("cpu", "memory"):
             req, lim = dig(c, "resources", "requests", r), dig(c, "resources", "limits", r)
-            try:  # not a quantity (ValueError): the schema check reports it
-                low = None not in (req, lim) and parse_quantity(lim) < parse_quantity(req)
-            except ValueError:
-                low = False
-            if low:
-                yield o, f"{path}.resources.limits.{r}", f"limit {lim} is lower than request {req}"
+            with contextlib.suppress(ValueError):  # not a quantity: the schema check reports it
+                if None not in (req, lim) and parse_quantity(lim) < parse_quantity(req):
+                    msg = f"limit {lim} is lower than request {req}"
+                    yield o, f"{path}.resources.limits.{r}", msg
 
 
 def restricted(sc: dict, pod_sc: dict) -> Iterator[tuple[str, str]]:
@@ -113,18 +112,14 @@ def image_tag(ctx: Context) -> Iterator[Hit]:
     """Images are valid references pinned by tag or digest, never ``:latest`` or untagged
     (KServe sets the image of an InferenceService model, which names none)."""
     for o, _, c, path, _ in checked(ctx):
-        image = str(c.get("image", ""))
         if "image" not in c and o.kind == "InferenceService":
             continue
-        ref = IMAGE_REFERENCE.fullmatch(image)
-        if not ref:
+        if not (ref := IMAGE_REFERENCE.fullmatch(image := str(c.get("image", "")))):
             problem = "not a valid image reference ([registry/]name[:tag][@digest])"
-        elif ref["digest"]:
+        elif ref["digest"] or ref["tag"] not in (None, "latest"):
             continue
-        elif ref["tag"] in (None, "latest"):
-            problem = "no tag (means :latest)" if not ref["tag"] else "uses :latest"
         else:
-            continue
+            problem = "uses :latest" if ref["tag"] else "no tag (means :latest)"
         yield o, f"{path}.image", f"image {image!r}: {problem}" if image else "no image"
 
 

@@ -82,9 +82,8 @@ def bound_roles(objs: list[Obj], sa: tuple[str, str], namespace: str) -> list[Ob
     out = []
     for b in (b for b in objs if b.kind in ("RoleBinding", "ClusterRoleBinding")):
         ref, subjects = b.doc.get("roleRef") or {}, b.doc.get("subjects") or []
-        role = roles.get(
-            (ref.get("kind"), b.namespace if ref.get("kind") == "Role" else "", ref.get("name"))
-        )
+        scope = b.namespace if ref.get("kind") == "Role" else ""
+        role = roles.get((ref.get("kind"), scope, ref.get("name")))
         bound = {(s.get("namespace") or b.namespace, s.get("name")) for s in subjects}
         if sa in bound and role is not None and b.namespace in ("", namespace):
             out.append(role)
@@ -132,31 +131,23 @@ def pipeline_grants(ctx: Context) -> Iterator[Hit]:
             if not grants(roles, group, resource, verb):
                 msg = f"missing verb {verb!r} on {resource}.{group or 'core'} for {'/'.join(sa)}"
                 msg += f", needed by {why} of {wf.ref} (bound: {[r.ref for r in roles]})"
-                yield (
-                    (roles[0], "rules", msg)
-                    if len(roles) == 1
-                    else (wf, "spec.serviceAccountName", msg)
-                )
+                where = (roles[0], "rules") if len(roles) == 1 else (wf, "spec.serviceAccountName")
+                yield *where, msg
 
 
 @check("controller-grants")
 def controller_grants(ctx: Context) -> Iterator[Hit]:
     """The workflow-controller's service account may create/update the memoize caches, which
     Argo keeps in the controller's own namespace (controller.go: NewCacheFactory)."""
-    everything = [o for objs in ctx.rendered.values() for o in objs]
-    controller = next(
-        (o for o in everything if (o.kind, o.name) == ("Deployment", "workflow-controller")), None
-    )
-    if controller is None:
-        return  # the Argo platform is not rendered: nothing to check against
-    pod = dig(controller.doc, "spec", "template", "spec", default={})
-    sa = (controller.namespace, pod.get("serviceAccountName") or "default")
-    roles = bound_roles(everything, sa, controller.namespace)
-    for ns, cm in sorted(set(memo_caches(ctx))):
-        wf = next(o for o in ctx.kinds(*WORKFLOW_KINDS) if o.namespace == ns)
-        for verb in ("create", "update"):
-            if not grants(roles, "", "configmaps", verb, "" if verb == "create" else cm):
-                msg = f"memoize cache {cm} (kept in the controller's namespace"
-                msg += f" {controller.namespace}): its ServiceAccount {'/'.join(sa)} may not"
-                msg += f" {verb} configmaps there"
-                yield wf, "spec.templates", f"{msg} (bound: {[r.ref for r in roles]})"
+    controllers = [o for o in ctx.everywhere("Deployment") if o.name == "workflow-controller"]
+    for c in controllers:  # none where the Argo platform is not rendered: nothing to check
+        pod = dig(c.doc, "spec", "template", "spec", default={})
+        sa = (c.namespace, pod.get("serviceAccountName") or "default")
+        roles = bound_roles([o for objs in ctx.rendered.values() for o in objs], sa, c.namespace)
+        for ns, cm in sorted(set(memo_caches(ctx))):
+            wf = next(o for o in ctx.kinds(*WORKFLOW_KINDS) if o.namespace == ns)
+            for verb in ("create", "update"):
+                if not grants(roles, "", "configmaps", verb, "" if verb == "create" else cm):
+                    msg = f"memoize cache {cm} (kept in the controller's namespace {c.namespace}):"
+                    msg += f" its ServiceAccount {'/'.join(sa)} may not {verb} configmaps there"
+                    yield wf, "spec.templates", f"{msg} (bound: {[r.ref for r in roles]})"

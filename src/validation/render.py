@@ -111,24 +111,21 @@ def prepare_tree(root: Path, dest: Path, mirror: Path | None) -> tuple[list[Find
     return out, mirrors
 
 
-def to_objects(kust: str, docs: list[dict], mirrors: dict[str, str]) -> list[Obj]:
-    """Objects with their source (repo-relative file, or ``upstream:<remote>``), without the
-    origin annotations added to find it."""
-    out = []
-    for doc in docs:
-        meta = doc.setdefault("metadata", {})
-        origin = yaml.safe_load((meta.get("annotations") or {}).pop(ORIGIN, "") or "{}") or {}
-        if not meta.get("annotations", True):
-            del meta["annotations"]
-        path = origin.get("path", "")
-        if origin.get("repo"):
-            source = f"upstream:{origin['repo']}?ref={origin.get('ref')}"
-        elif posixpath.basename(path) in mirrors or "://" in path:
-            source = f"upstream:{mirrors.get(posixpath.basename(path), path)}"
-        else:
-            source = posixpath.normpath(posixpath.join(kust, path)) if path else kust
-        out.append(Obj(doc, kust, source, source.startswith("upstream:")))
-    return out
+def to_object(kust: str, doc: dict, mirrors: dict[str, str]) -> Obj:
+    """An object with its source (repo-relative file, or ``upstream:<remote>``), without the
+    origin annotation added to find it."""
+    meta = doc.setdefault("metadata", {})
+    origin = yaml.safe_load((meta.get("annotations") or {}).pop(ORIGIN, "") or "{}") or {}
+    if not meta.get("annotations", True):
+        del meta["annotations"]
+    path = origin.get("path", "")
+    if origin.get("repo"):
+        source = f"upstream:{origin['repo']}?ref={origin.get('ref')}"
+    elif posixpath.basename(path) in mirrors or "://" in path:
+        source = f"upstream:{mirrors.get(posixpath.basename(path), path)}"
+    else:
+        source = posixpath.normpath(posixpath.join(kust, path)) if path else kust
+    return Obj(doc, kust, source, source.startswith("upstream:"))
 
 
 def render_all(tree: Path, kusts: list[str], mirrors: dict[str, str]) -> tuple[dict, dict]:
@@ -141,9 +138,7 @@ def render_all(tree: Path, kusts: list[str], mirrors: dict[str, str]) -> tuple[d
         raise FileNotFoundError("kubectl not found next to python nor on PATH (make venv)")
 
     def one(kust: str) -> list[Obj] | str:
-        proc = subprocess.run(
-            [kubectl, "kustomize", str(tree / kust)], capture_output=True, text=True
-        )
+        proc = subprocess.run([kubectl, "kustomize", tree / kust], capture_output=True, text=True)
         if proc.returncode != 0:
             hint = " (offline? set MIRROR_DIR=../shared)" if "dial tcp" in proc.stderr else ""
             return f"kubectl kustomize {kust} failed{hint}: {proc.stderr.strip()}"
@@ -152,7 +147,7 @@ def render_all(tree: Path, kusts: list[str], mirrors: dict[str, str]) -> tuple[d
             docs = [d for d in yaml.load_all(proc.stdout, Loader=loader) if d]  # noqa: S506
         except yaml.YAMLError as e:
             return f"kubectl kustomize {kust}: output is not YAML: {e}"
-        return to_objects(kust, docs, mirrors)
+        return [to_object(kust, doc, mirrors) for doc in docs]
 
     rendered, errors = {}, {}
     with ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2)) as pool:

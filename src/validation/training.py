@@ -34,8 +34,7 @@ def tfjob_conditions(ctx: Context) -> Iterator[Hit]:
     """A TFJob step fails on the operator's verdict (``status.conditions``) and succeeds on it
     or on ``status.replicaStatuses.<type>.succeeded = <replicas>``."""
     for job in ctx.kinds("TFJob"):
-        res = job.extra.get("resource")
-        if res is None or res.get("action") != "create":
+        if (res := job.extra.get("resource") or {}).get("action") != "create":
             continue
         wf, step = job.extra["workflow"], job.embedded_in.rsplit(".manifest", 1)[0]
         specs = (job.doc.get("spec") or {}).get("tfReplicaSpecs") or {}

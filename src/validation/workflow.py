@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import re
+from argparse import ArgumentTypeError
 from collections.abc import Iterator
 from graphlib import CycleError, TopologicalSorter
 
 import yaml
 
+from fmnist_common.cli import number
 from validation import argo
 from validation.core import Context, Hit, check, dig, named
 from validation.pods import restricted
@@ -16,6 +18,7 @@ from validation.pods import restricted
 MEMOIZE_KEY = re.compile(r"^[a-zA-Z0-9][-a-zA-Z0-9]*$")
 CACHE_LABEL = ("workflows.argoproj.io/configmap-type", "Cache")
 DEPENDS_NAME = re.compile(r"([A-Za-z0-9][A-Za-z0-9_\-]*)(?:\.[A-Za-z]+)?")
+FRACTION = number(float, 0, 1)
 
 
 @check("workflow")
@@ -63,18 +66,15 @@ def task_refs(o, t: dict, base: str, by_name: dict) -> Iterator[Hit]:
                 yield o, f"{path}.arguments", f"input {p.get('name')!r} not passed"
 
 
-def depends(task: dict) -> list[str]:
-    """Task names in a DAG task's ``depends`` expression (``a.Succeeded || b``)."""
-    return DEPENDS_NAME.findall(str(task.get("depends") or ""))
-
-
 @check("workflow-dag")
 def dag_cycles(ctx: Context) -> Iterator[Hit]:
     """No dependency cycle (self-dependency included) among a DAG's tasks (graphlib)."""
     for o in ctx.kinds(*argo.WORKFLOW_KINDS):
         for t, path in named(argo.workflow_spec(o).get("templates"), "spec.templates"):
-            dag = dig(t, "dag", "tasks", default=[])
-            graph = {x.get("name"): [*(x.get("dependencies") or []), *depends(x)] for x in dag}
+            graph = {}  # task -> the tasks of its dependencies and of its depends expression
+            for x in dig(t, "dag", "tasks", default=[]):
+                depends = DEPENDS_NAME.findall(str(x.get("depends") or ""))  # a.Succeeded || b
+                graph[x.get("name")] = [*(x.get("dependencies") or []), *depends]
             try:
                 TopologicalSorter(graph).prepare()
             except CycleError as e:
@@ -87,16 +87,12 @@ def dag_cycles(ctx: Context) -> Iterator[Hit]:
 
 @check("workflow-params")
 def min_accuracy(ctx: Context) -> Iterator[Hit]:
-    """The ``min-accuracy`` parameter is a number in [0, 1]."""
+    """The ``min-accuracy`` parameter is a number in [0, 1] (the project's range type)."""
     for o in ctx.kinds(*argo.WORKFLOW_KINDS):
-        value = argo.workflow_params(argo.workflow_spec(o)).get("min-accuracy")
         try:
-            ok = value is None or 0.0 <= float(value) <= 1.0
-        except ValueError:
-            ok = False
-        if not ok:
-            field = "spec.arguments.parameters[min-accuracy].value"
-            yield o, field, f"min-accuracy {value!r} is not a float in [0, 1]"
+            FRACTION(argo.workflow_params(argo.workflow_spec(o)).get("min-accuracy", "0"))
+        except ArgumentTypeError as e:
+            yield o, "spec.arguments.parameters[min-accuracy].value", f"min-accuracy: {e}"
 
 
 @check("memoize-key")
