@@ -1,5 +1,2 @@
-"""Offline validation of the GitOps tree (base/, overlays/, argocd/): ``python -m validation``.
-
-Render (:mod:`~validation.render`), schemas (:mod:`~validation.schemas`), then the checks,
-registered by name (:mod:`~validation.core`) in one module per topic. See docs/validation.md.
-"""
+"""Offline validation of the GitOps tree (base/, overlays/, argocd/): ``python -m validation``
+renders, validates schemas, then runs the checks, one module per topic (docs/validation.md)."""

@@ -115,9 +115,8 @@ def calls(o: Obj) -> list[Call]:
 
 
 def embedded(o: Obj) -> tuple[list[Obj], list[tuple[str, str]]]:
-    """The objects of ``resource`` templates, one per call, after parameter substitution.
-
-    Returns (objects, problems as (field, message))."""
+    """(objects, problems as (field, message)) of the ``resource`` templates' manifests, one
+    per call, after parameter substitution."""
     out, problems = [], []
     for call in calls(o):
         res = call.template.get("resource") or {}

@@ -70,11 +70,9 @@ def commands(ctx: Context) -> Iterator[Command | Hit]:
         wf_volumes = workflow_spec(o).get("volumes") or [] if o.kind in WORKFLOW_KINDS else []
         volumes = [*(pod.get("volumes") or []), *wf_volumes]
         claims = {v.get("name"): dig(v, "persistentVolumeClaim", "claimName") for v in volumes}
-        mounts = {
-            m["mountPath"].rstrip("/") or "/": claims[m["name"]]
-            for m in c.get("volumeMounts") or []
-            if claims.get(m.get("name"))
-        }
+        mounts = {}  # mountPath -> PVC claim name
+        for vm in (vm for vm in c.get("volumeMounts") or [] if claims.get(vm.get("name"))):
+            mounts[vm["mountPath"].rstrip("/") or "/"] = claims[vm["name"]]
         yield Command(m.group(1), ns, o, f"{path}.args", mounts)
 
 

@@ -67,10 +67,8 @@ class Context:
     objs: list[Obj]
     rendered: dict[str, list[Obj]]
 
-    @property
-    def ours(self) -> list[Obj]:
-        """Objects from this repository (upstream ones are pinned, not ours to fix)."""
-        return [o for o in self.objs if not o.upstream]
+    def __post_init__(self) -> None:
+        self.ours = [o for o in self.objs if not o.upstream]  # upstream: pinned, not ours to fix
 
     def kinds(self, *kinds: str, ours: bool = True) -> list[Obj]:
         """Objects of these kinds (ours only unless ``ours=False``)."""

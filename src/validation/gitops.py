@@ -23,8 +23,7 @@ def wave(o: Obj) -> int:
 
 
 def claims_of(o: Obj) -> set[str]:
-    """PVC names an object consumes: every ``persistentVolumeClaim.claimName`` (pod and
-    Workflow volumes) and ``pvc://`` URI (storageUri) anywhere in its spec."""
+    """PVC names an object consumes: each ``claimName`` and ``pvc://`` URI in its spec."""
     spec = workflow_spec(o) if o.kind in WORKFLOW_KINDS else o.doc.get("spec")
     return {a or b for a, b in CLAIM.findall(json.dumps(spec))}
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from validation import cli_paths, gitops, pods, rbac, render, schemas, serving, training, workflow  # noqa: F401
 from validation.argo import WORKFLOW_KINDS, embedded
-from validation.core import Context, Obj, finding, run_checks
+from validation.core import Context, Finding, Obj, finding, run_checks
 
 
 def expand(objs: list[Obj]) -> list[Obj]:
@@ -25,7 +25,6 @@ def expand(objs: list[Obj]) -> list[Obj]:
 
 def run(root: Path, kusts: list[str] | None = None, mirror_dir: Path | None = None):
     """Render (every kustomization, or those named), validate and check (:func:`expand`).
-
     Returns (findings, rendered objects by kustomization); FileNotFoundError for a missing
     mirror file, kubectl or kubeconform, ValueError for a bad versions.env."""
     k8s_version = render.parse_versions_env(root / "versions.env")["KUBERNETES_VERSION"]
@@ -39,8 +38,7 @@ def run(root: Path, kusts: list[str] | None = None, mirror_dir: Path | None = No
         findings += schemas.validate(every, root, k8s_version, Path(tmp) / "kc")
     for objs in expanded:
         findings += run_checks(Context(objs, rendered))
-    key = lambda f: (f.check, f.file, f.obj, f.field, f.message)  # noqa: E731
-    return sorted(dict.fromkeys(findings), key=key), rendered  # one base, several overlays
+    return sorted(set(findings), key=Finding.format), rendered  # one base, several overlays
 
 
 def main(argv: list[str] | None = None) -> int:

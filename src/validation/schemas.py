@@ -36,10 +36,9 @@ def builtin_schemas(k8s_version: str, dest: Path) -> str:
     version = [v for v in kv.all_versions() if kv.major_minor(v) <= want][-1]
     src = Path(kv.__file__).parent / f"kubernetes-json-schema/v{version}-local-strict"
     dest.mkdir(parents=True, exist_ok=True)
+    ref = ('"/api/_definitions.json', f'"file://{dest}/_definitions.json')
     for f in src.glob("*.json"):
-        (dest / f.name).write_text(
-            f.read_text().replace('"/api/_definitions.json', f'"file://{dest}/_definitions.json')
-        )
+        (dest / f.name).write_text(f.read_text().replace(*ref))
     return f"{dest}/{{{{.ResourceKind}}}}{{{{.KindSuffix}}}}.json"
 
 
@@ -64,12 +63,9 @@ def validate(objs: list[Obj], root: Path, k8s_version: str, workdir: Path) -> li
     if schema_dir := os.environ.get("KUBE_SCHEMA_DIR"):
         builtin = builtin_schemas(k8s_version, workdir / "builtin")
         locations = [builtin, f"{schema_dir}/{CATALOG_LAYOUT}"]
-    copies: dict[str, list[Obj]] = {}  # one file per distinct object (overlays share many)
-    for o in ours:
-        copies.setdefault(json.dumps(o.doc, sort_keys=True), []).append(o)
     (workdir / "objs").mkdir(parents=True, exist_ok=True)
-    for i, same in enumerate(copies.values()):
-        (workdir / "objs" / f"{i}.yaml").write_text(yaml.safe_dump(same[0].doc, sort_keys=False))
+    for i, o in enumerate(ours):
+        (workdir / "objs" / f"{i}.yaml").write_text(yaml.safe_dump(o.doc, sort_keys=False))
     # one worker: parallel workers each compile the same large CRD schemas (measured 3x slower)
     cmd = [exe, "-strict", "-n=1", "-output=json", f"-kubernetes-version={k8s_version.lstrip('v')}"]
     cmd += [f"-schema-location={loc}" for loc in locations]
@@ -78,7 +74,7 @@ def validate(objs: list[Obj], root: Path, k8s_version: str, workdir: Path) -> li
         results = json.loads(proc.stdout or "{}").get("resources") or []
     except ValueError:
         return [finding("schema", f"kubeconform failed: {(proc.stderr or proc.stdout)[:300]}")]
-    out, by_file = [], list(copies.values())
+    out = []
     for r in results:
         # the message lists every error, nested ones (under $refs) included; validationErrors
         # holds only the top level ("validation failed" at /spec)
@@ -86,7 +82,7 @@ def validate(objs: list[Obj], root: Path, k8s_version: str, workdir: Path) -> li
         for path, msg in AT.findall(r.get("msg", "")) or [("", r.get("msg", r.get("status")))]:
             if msg != "validation failed":
                 errors.setdefault(path, []).append(msg)
-        for o in by_file[int(Path(r["filename"]).stem)]:
-            for path, msgs in errors.items():
-                out.append(finding("schema", "; ".join(msgs)[:300], o, named_path(o.doc, path)))
+        o = ours[int(Path(r["filename"]).stem)]
+        for path, msgs in errors.items():
+            out.append(finding("schema", "; ".join(msgs)[:300], o, named_path(o.doc, path)))
     return out

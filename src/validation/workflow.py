@@ -19,6 +19,7 @@ MEMOIZE_KEY = re.compile(r"^[a-zA-Z0-9][-a-zA-Z0-9]*$")
 CACHE_LABEL = ("workflows.argoproj.io/configmap-type", "Cache")
 DEPENDS_NAME = re.compile(r"([A-Za-z0-9][A-Za-z0-9_\-]*)(?:\.[A-Za-z]+)?")
 FRACTION = number(float, 0, 1)
+CONTROLLER_CONFIG = "workflow-controller-configmap"
 
 
 @check("workflow")
@@ -127,11 +128,9 @@ def memoize_cache_label(ctx: Context) -> Iterator[Hit]:
 
 @check("executor-security-context")
 def executor_security_context(ctx: Context) -> Iterator[Hit]:
-    """The controller config gives Argo's injected init/wait (executor) containers a
-    restricted securityContext (checked where the controller is rendered)."""
-    for cm in ctx.kinds("ConfigMap", ours=False):
-        if cm.name != "workflow-controller-configmap":
-            continue
+    """The controller config (where rendered) gives Argo's injected init/wait (executor)
+    containers a restricted securityContext."""
+    for cm in (o for o in ctx.kinds("ConfigMap", ours=False) if o.name == CONTROLLER_CONFIG):
         try:
             executor = yaml.safe_load(dig(cm.doc, "data", "executor", default="{}")) or {}
         except yaml.YAMLError as e:
