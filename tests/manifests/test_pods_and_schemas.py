@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from validation.core import CHECKS, Context, Obj
+
 from .conftest import param, template
 from .manifest_refs import (
     ISVC,
@@ -158,3 +160,27 @@ def test_environment_values_are_set_by_parameter_name(broken):
     for env in ("overlays/local-k3d", "overlays/gpu-cloud"):
         (f,) = only(broken.check(env), "render")
         assert "workers" in f.message
+
+
+def test_containers_of_any_pod_spec():
+    """Kinds the manifests do not use yet are checked too: every mapping with containers."""
+    c = {"name": "app", "image": "example.com/app:1", "ports": [{"containerPort": 80}]}
+    specs = {
+        "Deployment": ({"template": {"spec": {"containers": [c]}}}, "spec.template.spec"),
+        "CronJob": (
+            {"jobTemplate": {"spec": {"template": {"spec": {"containers": [c]}}}}},
+            "spec.jobTemplate.spec.template.spec",
+        ),
+        "Pod": ({"containers": [c]}, "spec"),
+    }
+    objs = [
+        Obj({"kind": k, "metadata": {"name": "x"}, "spec": s}, "k", "f")
+        for k, (s, _) in specs.items()
+    ]
+    ctx = Context(objs, {})
+    missing = {(o.kind, fld) for o, fld, _ in CHECKS["resources"](ctx)}
+    assert {
+        (k, f"{p}.containers[app].resources.limits.cpu") for k, (_, p) in specs.items()
+    } <= missing
+    probes = {(o.kind, fld) for o, fld, _ in CHECKS["probes"](ctx)}
+    assert probes == {("Deployment", "spec.template.spec.containers[app].readinessProbe")}
