@@ -4,10 +4,12 @@ The ``serving_default`` signature (TF Serving REST "row" format, KServe V1 proto
 
     inputs:  image_bytes    tf.string  [None]      encoded JPEG or PNG, any size and kind
                                                    (``{"b64": ...}`` in JSON requests)
-    outputs: probabilities  tf.float32 [None, 10]  softmax over CLASS_NAMES
+    outputs: probabilities  tf.float32 [None, 10]  softmax over CLASS_NAMES, averaged over
+                                                   the image and its left-right mirror
 
 Decoding follows :func:`decode_images`: decode to one grey channel, resize to 28x28 with area
-averaging when the size differs, then the model's own preprocessing stem. A 28x28 grey PNG of a
+averaging when the size differs, then :func:`probabilities` (the model's own preprocessing
+stem, applied to the image and to its mirror). A 28x28 grey PNG of a
 test image therefore reaches the network with exactly the training pixels. Every JPEG/PNG kind
 that Pillow and browsers decode is accepted: grey/RGB/CMYK/YCCK, baseline or progressive JPEG;
 1/2/4/8/16-bit grey, RGB, palette, grey+alpha or RGBA PNG, interlaced or not (alpha is dropped,
@@ -91,6 +93,33 @@ def decode_images(image_bytes):
     )
 
 
+def probabilities(model, pixels):
+    """Class probabilities with left-right test-time augmentation: the mean of the softmax of
+    the model's logits for each image and for its mirror image.
+
+    Every class of Fashion-MNIST is left-right symmetric as a class (a mirrored shoe is a
+    shoe) and training mirrors at random (:func:`training.train.augment`), so the two views
+    are equally likely inputs; averaging them cut the test error by about 5 % relative on
+    every variant (bench/README.md). Both views go through the model as one batch of ``2N``
+    in inference mode, so no example influences another.
+
+    Args:
+        model: a tf-keras model mapping ``float32 [N, 28, 28, 1]`` (0..255) to logits
+            ``float32 [N, 10]``.
+        pixels: ``float32 [N, 28, 28, 1]``, pixel values 0..255.
+
+    Returns:
+        ``float32 [N, 10]``; each row sums to 1. This is what the serving signature returns,
+        what selection scores and what the server serves.
+    """
+    import tensorflow as tf
+
+    pixels = tf.convert_to_tensor(pixels, tf.float32)
+    both = tf.concat([pixels, tf.reverse(pixels, axis=[2])], axis=0)
+    views = tf.reshape(tf.nn.softmax(model(both, training=False), axis=-1), [2, -1, 10])
+    return tf.reduce_mean(views, axis=0)
+
+
 def build_serving_module(model):
     """Wrap a Keras model (logits ``[N, 10]``) in a ``tf.Module`` with the serving signature."""
     import tensorflow as tf
@@ -102,8 +131,7 @@ def build_serving_module(model):
 
         @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name=INPUT_NAME)])
         def serve(self, image_bytes):
-            logits = self.model(decode_images(image_bytes), training=False)
-            return {OUTPUT_NAME: tf.nn.softmax(logits, axis=-1)}
+            return {OUTPUT_NAME: probabilities(self.model, decode_images(image_bytes))}
 
     return ServingModule(model)
 

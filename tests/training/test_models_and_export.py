@@ -8,7 +8,7 @@ import tensorflow as tf
 from PIL import Image
 
 from training.data import encode_images
-from training.export import INPUT_NAME, OUTPUT_NAME, SIGNATURE_KEY, decode_images
+from training.export import INPUT_NAME, OUTPUT_NAME, SIGNATURE_KEY, decode_images, probabilities
 from training.models import MODEL_TYPES, build_model
 
 
@@ -52,7 +52,7 @@ def test_signature_shapes_and_names(exported_model):
 
 def test_signature_accuracy_equals_in_process_accuracy(exported_model, trained_model, test_slice):
     images, labels = test_slice
-    in_process = tf.nn.softmax(trained_model(images.astype(np.float32), training=False)).numpy()
+    in_process = probabilities(trained_model, images.astype(np.float32)).numpy()
     served = _signature(exported_model)(**{INPUT_NAME: tf.constant(encode_images(images, "png"))})
     served = served[OUTPUT_NAME].numpy()
     acc_in = np.mean(in_process.argmax(1) == labels)
@@ -63,6 +63,23 @@ def test_signature_accuracy_equals_in_process_accuracy(exported_model, trained_m
     np.testing.assert_allclose(served.sum(axis=1), 1.0, atol=1e-5)
 
 
+def test_served_probabilities_average_the_image_and_its_mirror(
+    exported_model, trained_model, test_slice
+):
+    images = test_slice[0][:50]
+    sig = _signature(exported_model)
+    served = sig(**{INPUT_NAME: tf.constant(encode_images(images, "png"))})[OUTPUT_NAME].numpy()
+    mirrored = images[:, :, ::-1]
+    served_mirror = sig(**{INPUT_NAME: tf.constant(encode_images(mirrored, "png"))})[OUTPUT_NAME]
+    np.testing.assert_allclose(served, served_mirror.numpy(), atol=1e-5)  # one answer per pair
+    views = [
+        tf.nn.softmax(trained_model(x.astype(np.float32), training=False))
+        for x in (images, mirrored)
+    ]
+    np.testing.assert_allclose(served, (views[0] + views[1]).numpy() / 2, atol=1e-5)
+    assert np.abs((views[0] - views[1]).numpy()).max() > 1e-3, "the two views should differ"
+
+
 def test_jpeg_accuracy_matches_in_process_on_the_same_decoded_pixels(
     exported_model, trained_model, test_slice
 ):
@@ -71,7 +88,7 @@ def test_jpeg_accuracy_matches_in_process_on_the_same_decoded_pixels(
     pixels = np.stack([np.asarray(Image.open(io.BytesIO(b)).convert("L")) for b in jpegs])[
         ..., None
     ]
-    in_process = trained_model(pixels.astype(np.float32), training=False).numpy().argmax(1)
+    in_process = probabilities(trained_model, pixels.astype(np.float32)).numpy().argmax(1)
     served = _signature(exported_model)(**{INPUT_NAME: tf.constant(jpegs)})[OUTPUT_NAME].numpy()
     # TF's and Pillow's libjpeg builds may round a pixel differently: allow 1 image in 500.
     assert abs(np.mean(served.argmax(1) == labels) - np.mean(in_process == labels)) <= 1 / 500
