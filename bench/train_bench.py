@@ -108,7 +108,7 @@ def bench_one(model_type, budget, seed, data_dir, encoded, labels, reference=Fal
     }
 
 
-def scaling_row(model_type: str, batch: int, data_dir: str | None) -> dict:
+def scaling_row(model_type: str, batch: int, precision: str, data_dir: str | None) -> dict:
     """2-worker throughput at ``batch`` per replica against the no-communication limit.
 
     Both measurements train ``model_type`` for :data:`SCALING_EPOCHS` epochs of
@@ -126,6 +126,7 @@ def scaling_row(model_type: str, batch: int, data_dir: str | None) -> dict:
         "validation_examples": 0,
         "batch_size_per_replica": batch,
         "learning_rate": 0.001,
+        "precision": precision,
     }
     with tempfile.TemporaryDirectory(prefix="scaling-") as tmp:
         work = Path(tmp)
@@ -163,6 +164,7 @@ def scaling_row(model_type: str, batch: int, data_dir: str | None) -> dict:
     return {
         "model_type": model_type,
         "batch_size_per_replica": batch,
+        "precision": precision,
         "two_workers_images_per_second": round(two_workers),
         "limit_images_per_second": round(limit),
         "efficiency": round(two_workers / limit, 3),
@@ -308,7 +310,7 @@ def main(args: argparse.Namespace) -> int:
         )
         best = max(result["summary"], key=lambda s: s["accuracy_median"])["model_type"]
         for batch in batches:
-            result["scaling"].append(scaling_row(best, batch, args.data_dir))
+            result["scaling"].append(scaling_row(best, batch, budget["precision"], args.data_dir))
             log.info("%s", json.dumps(result["scaling"][-1]))
             write(result, args)
     print(to_markdown(result))

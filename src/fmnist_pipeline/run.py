@@ -33,6 +33,7 @@ BUDGETS: dict[str, dict] = {
         "validation_examples": 512,
         "batch_size_per_replica": 64,
         "learning_rate": 0.003,
+        "precision": "float32",
     },
     "quick": {
         "epochs": 3,
@@ -40,6 +41,7 @@ BUDGETS: dict[str, dict] = {
         "validation_examples": 2_000,
         "batch_size_per_replica": 128,
         "learning_rate": 0.003,
+        "precision": "float32",
     },
 }
 BUDGET_NAMES = (*BUDGETS, "full")
@@ -48,8 +50,8 @@ WORKFLOW_TEMPLATE = Path(__file__).resolve().parents[2] / "base/ml/pipeline/work
 
 def cluster_budget(path: Path = WORKFLOW_TEMPLATE) -> dict:
     """The cluster's training budget: the WorkflowTemplate's parameter defaults ``epochs``,
-    ``batch-size-per-replica``, ``learning-rate`` and ``validation-examples`` (all training
-    images).
+    ``batch-size-per-replica``, ``learning-rate``, ``precision`` and ``validation-examples``
+    (all training images).
 
     Raises:
         PipelineError: the template (a repository checkout's ``base/ml``) is missing or has
@@ -66,6 +68,7 @@ def cluster_budget(path: Path = WORKFLOW_TEMPLATE) -> dict:
             "validation_examples": int(params["validation-examples"]),
             "batch_size_per_replica": int(params["batch-size-per-replica"]),
             "learning_rate": float(params["learning-rate"]),
+            "precision": params["precision"],
         }
     except (OSError, KeyError, TypeError, ValueError) as e:
         raise PipelineError(f"the full budget is read from {path}: {e!r}") from e
@@ -99,6 +102,7 @@ def train_args(
         "--epochs": budget["epochs"],
         "--batch-size-per-replica": budget["batch_size_per_replica"],
         "--learning-rate": budget["learning_rate"],
+        "--precision": budget["precision"],
         "--lr-schedule": "cosine",
         "--train-examples": budget["train_examples"],
         "--validation-examples": budget["validation_examples"],

@@ -91,5 +91,6 @@ def build_model(model_type: str, seed: int | None = None):
         stack.append(layers.Dense(DENSE_UNITS, activation="relu", name="dense"))
     if drop:
         stack.append(layers.Dropout(0.5, name="drop_dense"))
-    stack.append(layers.Dense(10, name="logits"))
+    # float32 logits whatever the policy: the loss and the softmax need the precision
+    stack.append(layers.Dense(10, name="logits", dtype="float32"))
     return keras.Sequential(stack, name=model_type)

@@ -44,6 +44,7 @@ HISTORY_FILE = "training_history.json"
 SCRATCH_PREFIX = "workertemp_"
 LR_SCHEDULES = ("constant", "cosine", "exponential")
 AUGMENTATIONS = ("none", "shift", "shift-flip", "shift-flip-erase")
+PRECISIONS = ("float32", "mixed_bfloat16")  # tf-keras mixed-precision policy names
 SHIFT_PIXELS = 2  # random shifts of up to 2 px (7 % of the side) in each direction
 ERASE_PIXELS = 10  # side of the square that random erasing blanks, half of the time
 
@@ -131,6 +132,13 @@ def build_parser() -> argparse.ArgumentParser:
         choices=("auto", "ring"),
         default="ring",
         help="all-reduce implementation on CPU (GPUs always use NCCL)",
+    )
+    p.add_argument(
+        "--precision",
+        choices=PRECISIONS,
+        default="float32",
+        help="compute precision while training (mixed_bfloat16: bfloat16 compute, float32 "
+        "weights; fast on CPUs with AVX512_BF16/AMX and on Ampere+ GPUs); the export is float32",
     )
     p.add_argument(
         "--intra-op-threads",
@@ -327,6 +335,21 @@ class ThroughputLogger:
         return _Cb()
 
 
+def float32_copy(model, build, args: argparse.Namespace, strategy):
+    """``model`` itself when it computes in float32, else the same architecture rebuilt under
+    the float32 policy with this replica's copy of the (float32) weights, read without a
+    collective (batch-norm statistics are each replica's own): the export serves float32
+    arithmetic whatever the training precision, so any TensorFlow Serving build runs it."""
+    import tf_keras as keras
+
+    if model.compute_dtype == "float32":
+        return model
+    keras.mixed_precision.set_global_policy("float32")
+    copy = build(args.model_type)
+    copy.set_weights([strategy.experimental_local_results(w)[0].numpy() for w in model.weights])
+    return copy
+
+
 def export_candidate(model, saved_model_dir: Path, task: TaskInfo, export_parent: Path) -> Path:
     """Every replica exports; the chief stages next to ``saved_model_dir`` and renames into place.
 
@@ -442,8 +465,10 @@ def train(args: argparse.Namespace, task: TaskInfo, model_builder=None) -> dict:
 
     dirs = run_dirs(args, task)
     ckpt = checkpoint_dir(args)
+    build = model_builder or build_model
+    keras.mixed_precision.set_global_policy(args.precision)
     with strategy.scope():
-        model = (model_builder or build_model)(args.model_type, seed=args.seed)
+        model = build(args.model_type, seed=args.seed)
         model.compile(
             optimizer=keras.optimizers.Adam(make_schedule(args, steps)),
             loss=keras.losses.CategoricalCrossentropy(
@@ -475,7 +500,12 @@ def train(args: argparse.Namespace, task: TaskInfo, model_builder=None) -> dict:
             verbose=2,
         )
         train_seconds = time.perf_counter() - t0
-        saved = export_candidate(model, Path(args.saved_model_dir), task, dirs["export_parent"])
+        saved = export_candidate(
+            float32_copy(model, build, args, strategy),
+            Path(args.saved_model_dir),
+            task,
+            dirs["export_parent"],
+        )
     finally:
         if dirs["scratch"] is not None:  # non-chief: nothing of this replica may survive
             release_dir(dirs["scratch"])
@@ -488,6 +518,7 @@ def train(args: argparse.Namespace, task: TaskInfo, model_builder=None) -> dict:
         "global_batch_size": global_batch,
         "steps_per_epoch": steps,
         "epochs": args.epochs,
+        "precision": args.precision,
         "train_examples": int(len(x_train)),
         "train_seconds": train_seconds,
         "history": {k: [float(v) for v in vals] for k, vals in hist.history.items()},
