@@ -35,6 +35,7 @@ import numpy as np
 
 import training  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 from fmnist_common import INPUT_NAME, MAX_VERSION, OUTPUT_NAME, SIGNATURE_KEY, parse_version
+from fmnist_common.cli import number
 from training.data import DatasetError
 from training.leftovers import make_owned_dir, release_dir, remove_stale_dirs
 from training.models import MODEL_TYPES
@@ -80,7 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=int, default=500)
     p.add_argument(
         "--min-accuracy",
-        type=float,
+        type=number(float, 0, 1),
         default=0.0,
         help="publish nothing if the best accuracy is below this (0..1)",
     )

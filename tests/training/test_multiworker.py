@@ -15,11 +15,17 @@ from training.launcher import launch
 pytestmark = pytest.mark.slow
 
 
-def _train(tmp_path: Path, model_type: str, with_chief: bool, data_dir, run_id="t1", epochs=2):
+def _train(
+    tmp_path: Path, model_type, with_chief, data_dir, run_id="t1", epochs=2, precision="float32"
+):
     work = tmp_path / "shared"
     scratch_tmp = tmp_path / "local-tmp"  # each replica's TMPDIR: non-chief scratch lives here
     scratch_tmp.mkdir(exist_ok=True)
-    budget = {**BUDGETS["smoke"], "epochs": epochs}  # 2,048 images, 64 per replica
+    budget = {
+        **BUDGETS["smoke"],
+        "epochs": epochs,
+        "precision": precision,
+    }  # 2,048 images, 64/replica
     args = train_args(model_type, work, run_id, budget, data_dir)
     env = {"TMPDIR": str(scratch_tmp), "TF_CPP_MIN_LOG_LEVEL": "2"}
     launch(args, num_workers=2, with_chief=with_chief, name=model_type, env=env, timeout=600)
@@ -36,11 +42,30 @@ def _leftovers(*roots: Path) -> list[str]:
     return bad
 
 
-@pytest.mark.parametrize(("model_type", "with_chief"), [("batch_norm", False), ("dropout", True)])
+def _graph_dtypes(saved: Path) -> set[int]:
+    """Every dtype named by a node attribute of the SavedModel's graph and its functions."""
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    sm = saved_model_pb2.SavedModel.FromString((saved / "saved_model.pb").read_bytes())
+    graph = sm.meta_graphs[0].graph_def
+    nodes = [*graph.node, *(n for f in graph.library.function for n in f.node_def)]
+    return {
+        t
+        for n in nodes
+        for a in n.attr.values()
+        for t in (a.type, *a.list.type)
+        if t  # 0: no dtype
+    }
+
+
+@pytest.mark.parametrize(
+    ("model_type", "with_chief", "precision"),
+    [("batch_norm", False, "mixed_bfloat16"), ("dropout", True, "float32")],
+)
 def test_two_workers_train_and_only_the_chief_exports(
-    tmp_path, data_dir, test_slice, model_type, with_chief
+    tmp_path, data_dir, test_slice, model_type, with_chief, precision
 ):
-    work, scratch_tmp = _train(tmp_path, model_type, with_chief, data_dir)
+    work, scratch_tmp = _train(tmp_path, model_type, with_chief, data_dir, precision=precision)
     saved = work / "candidates" / model_type
     assert (saved / "saved_model.pb").is_file()
     history = json.loads((saved / "training_history.json").read_text())
@@ -50,6 +75,10 @@ def test_two_workers_train_and_only_the_chief_exports(
     assert len(history["history"]["loss"]) == 2
     assert history["history"]["loss"][-1] < history["history"]["loss"][0]
     assert min(history["history"]["images_per_second"]) > 0
+    assert history["precision"] == precision
+    # whatever the training precision, the export computes in float32 (any TF Serving runs it)
+    assert tf.float32.as_datatype_enum in _graph_dtypes(saved)
+    assert tf.bfloat16.as_datatype_enum not in _graph_dtypes(saved)
 
     # no worker temp dir anywhere: not on the shared volume, not in the replicas' TMPDIR
     assert _leftovers(work, scratch_tmp) == []

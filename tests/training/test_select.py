@@ -113,6 +113,14 @@ def test_min_accuracy_gate(tmp_path, candidates):
     assert not (tmp_path / "models/fashion-mnist/1").exists()
 
 
+@pytest.mark.parametrize("bad", ["nan", "1.5", "-0.1"])
+def test_min_accuracy_outside_0_1_is_a_usage_error(bad, capsys):
+    with pytest.raises(SystemExit) as exc:
+        selection.build_parser().parse_args(["--min-accuracy", bad, "--candidates-dir", "c"])
+    assert exc.value.code == 2
+    assert "must be in [0, 1]" in capsys.readouterr().err
+
+
 def test_crash_while_copying_leaves_no_loadable_version(tmp_path, candidates, monkeypatch):
     root, _ = candidates
     real_copytree = shutil.copytree
