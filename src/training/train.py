@@ -141,6 +141,15 @@ def build_parser() -> argparse.ArgumentParser:
         "weights; fast on CPUs with AVX512_BF16/AMX and on Ampere+ GPUs); the export is float32",
     )
     p.add_argument(
+        "--profile-batches",
+        type=number(int, 0),
+        nargs=2,
+        default=(0, 0),
+        metavar=("FIRST", "LAST"),
+        help="write a TensorBoard profile (the chief's trace) of these training batches "
+        "(1-based, counted over the whole run; 0 0 = none; needs --tensorboard-dir)",
+    )
+    p.add_argument(
         "--intra-op-threads",
         type=number(int, 0),
         default=int(os.environ.get("TF_NUM_INTRAOP_THREADS", "0")),
@@ -439,6 +448,9 @@ def train(args: argparse.Namespace, task: TaskInfo, model_builder=None) -> dict:
     if args.intra_op_threads:
         tf.config.threading.set_intra_op_parallelism_threads(args.intra_op_threads)
         tf.config.threading.set_inter_op_parallelism_threads(max(2, args.intra_op_threads))
+    first, last = args.profile_batches
+    if (first == 0) != (last == 0) or first > last:
+        raise ConfigError(f"--profile-batches {first} {last}: need 1 <= FIRST <= LAST, or 0 0")
     strategy = make_strategy(task, args)
     replicas = strategy.num_replicas_in_sync
     chief = is_chief(task)
@@ -487,7 +499,11 @@ def train(args: argparse.Namespace, task: TaskInfo, model_builder=None) -> dict:
         ThroughputLogger.make(global_batch, steps),
     ]
     if dirs["tensorboard"] is not None:
-        callbacks.append(keras.callbacks.TensorBoard(log_dir=str(dirs["tensorboard"])))
+        callbacks.append(
+            keras.callbacks.TensorBoard(
+                log_dir=str(dirs["tensorboard"]), profile_batch=(first, last) if first else 0
+            )
+        )
 
     try:
         t0 = time.perf_counter()
