@@ -36,8 +36,10 @@ KUBECONFORM_BIN = $(shell $(TOOLS) --bin kubeconform 2>/dev/null)
 
 .PHONY: help venv demo test test-fast lint validate tools kubeconform e2e loadtest-local bench bench-train bench-serve clean
 
-help: ## list targets
+help: ## list targets and variables
 	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
+	@echo "variables: MIRROR_DIR=../shared (offline mirrors), BUDGET=quick|smoke|full (demo, bench-train),"
+	@echo "           PYTEST_ARGS (test), WORK_DIR (demo output, default work)"
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON_BOOTSTRAP) -m venv $(VENV)
