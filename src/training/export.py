@@ -4,12 +4,13 @@ The ``serving_default`` signature (TF Serving REST "row" format, KServe V1 proto
 
     inputs:  image_bytes    tf.string  [None]      encoded JPEG or PNG, any size and kind
                                                    (``{"b64": ...}`` in JSON requests)
-    outputs: probabilities  tf.float32 [None, 10]  softmax over CLASS_NAMES, averaged over
-                                                   the image and its left-right mirror
+    outputs: probabilities  tf.float32 [None, 10]  softmax over CLASS_NAMES (averaged over
+                                                   the image and its left-right mirror for a
+                                                   model trained with mirroring)
 
 Decoding follows :func:`decode_images`: decode to one grey channel, resize to 28x28 with area
 averaging when the size differs, then :func:`probabilities` (the model's own preprocessing
-stem, applied to the image and to its mirror). A 28x28 grey PNG of a
+stem, then the network). A 28x28 grey PNG of a
 test image therefore reaches the network with exactly the training pixels. Every JPEG/PNG kind
 that Pillow and browsers decode is accepted: grey/RGB/CMYK/YCCK, baseline or progressive JPEG;
 1/2/4/8/16-bit grey, RGB, palette, grey+alpha or RGBA PNG, interlaced or not (alpha is dropped,
@@ -93,20 +94,24 @@ def decode_images(image_bytes):
     )
 
 
-def probabilities(model, pixels):
-    """Class probabilities with left-right test-time augmentation: the mean of the softmax of
-    the model's logits for each image and for its mirror image.
+def probabilities(model, pixels, mirror_average: bool):
+    """Class probabilities: the softmax of the model's logits or, with ``mirror_average``
+    (left-right test-time augmentation), the mean of the softmax for each image and for its
+    mirror image.
 
-    Every class of Fashion-MNIST is left-right symmetric as a class (a mirrored shoe is a
-    shoe) and training mirrors at random (:func:`training.train.augment`), so the two views
-    are equally likely inputs; averaging them cut the test error by about 5 % relative on
-    every variant (bench/README.md). Both views go through the model as one batch of ``2N``
-    in inference mode, so no example influences another.
+    Mirror averaging is right for a model trained with random left-right flips
+    (``--augment`` with ``flip``, :func:`training.train.augment`): every Fashion-MNIST class is
+    left-right symmetric as a class (a mirrored shoe is a shoe), so the two views are equally
+    likely inputs, and averaging them raised test accuracy by 0.1-0.3 points on the full
+    budget (bench/README.md). For a model trained without flips the mirror is an unseen input:
+    the 2026-11-29 reference lost 1.7 points with it. Both views go through the model as one
+    batch of ``2N`` in inference mode, so no example influences another.
 
     Args:
         model: a tf-keras model mapping ``float32 [N, 28, 28, 1]`` (0..255) to logits
             ``float32 [N, 10]``.
         pixels: ``float32 [N, 28, 28, 1]``, pixel values 0..255.
+        mirror_average: average over the image and its mirror.
 
     Returns:
         ``float32 [N, 10]``; each row sums to 1. This is what the serving signature returns,
@@ -115,13 +120,16 @@ def probabilities(model, pixels):
     import tensorflow as tf
 
     pixels = tf.convert_to_tensor(pixels, tf.float32)
+    if not mirror_average:
+        return tf.nn.softmax(model(pixels, training=False), axis=-1)
     both = tf.concat([pixels, tf.reverse(pixels, axis=[2])], axis=0)
     views = tf.reshape(tf.nn.softmax(model(both, training=False), axis=-1), [2, -1, 10])
     return tf.reduce_mean(views, axis=0)
 
 
-def build_serving_module(model):
-    """Wrap a Keras model (logits ``[N, 10]``) in a ``tf.Module`` with the serving signature."""
+def build_serving_module(model, mirror_average: bool):
+    """Wrap a Keras model (logits ``[N, 10]``) in a ``tf.Module`` with the serving signature
+    (``mirror_average``: see :func:`probabilities`)."""
     import tensorflow as tf
 
     class ServingModule(tf.Module):
@@ -131,25 +139,30 @@ def build_serving_module(model):
 
         @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name=INPUT_NAME)])
         def serve(self, image_bytes):
-            return {OUTPUT_NAME: probabilities(self.model, decode_images(image_bytes))}
+            pixels = decode_images(image_bytes)
+            return {OUTPUT_NAME: probabilities(self.model, pixels, mirror_average)}
 
     return ServingModule(model)
 
 
-def export_saved_model(model, export_dir: str | os.PathLike) -> str:
+def export_saved_model(
+    model, export_dir: str | os.PathLike, *, mirror_average: bool = False
+) -> str:
     """Write ``model`` as a SavedModel whose only signature is ``serving_default``.
 
     Args:
         model: a tf-keras model mapping ``float32 [N, 28, 28, 1]`` (0..255) to logits.
         export_dir: directory to create; must not exist or be empty. Callers that publish
             (selection) write to a staging dir and rename, see :mod:`training.select`.
+        mirror_average: serve the mean over the image and its mirror (:func:`probabilities`);
+            the trainer sets it for models trained with random flips.
 
     Returns:
         ``export_dir`` as a string.
     """
     import tensorflow as tf
 
-    module = build_serving_module(model)
+    module = build_serving_module(model, mirror_average)
     tf.saved_model.save(
         module,
         os.fspath(export_dir),

@@ -359,8 +359,11 @@ def float32_copy(model, build, args: argparse.Namespace, strategy):
     return copy
 
 
-def export_candidate(model, saved_model_dir: Path, task: TaskInfo, export_parent: Path) -> Path:
+def export_candidate(
+    model, saved_model_dir: Path, task: TaskInfo, export_parent: Path, mirror_average: bool
+) -> Path:
     """Every replica exports; the chief stages next to ``saved_model_dir`` and renames into place.
+    ``mirror_average``: see :func:`training.export.probabilities`.
 
     A crash before the rename leaves only a ``.staging-*`` directory, never a partial
     ``saved_model_dir``; the next chief removes such leftovers of killed runs first (see
@@ -372,12 +375,12 @@ def export_candidate(model, saved_model_dir: Path, task: TaskInfo, export_parent
     prefix = f".staging-{saved_model_dir.name}-"
     if not is_chief(task):  # into this replica's private scratch directory
         staging = export_parent / f"{prefix}{uuid.uuid4().hex[:8]}"
-        export_saved_model(model, staging)
+        export_saved_model(model, staging, mirror_average=mirror_average)
         return staging
     remove_stale_dirs(export_parent, f"{prefix}*")
     staging = make_owned_dir(export_parent, prefix, private=False)
     try:
-        export_saved_model(model, staging)
+        export_saved_model(model, staging, mirror_average=mirror_average)
         release_dir(staging)  # its lock file must not end up in the candidate
         old = None
         if saved_model_dir.exists():
@@ -521,6 +524,7 @@ def train(args: argparse.Namespace, task: TaskInfo, model_builder=None) -> dict:
             Path(args.saved_model_dir),
             task,
             dirs["export_parent"],
+            mirror_average="flip" in args.augment,  # mirrored at random while training
         )
     finally:
         if dirs["scratch"] is not None:  # non-chief: nothing of this replica may survive
@@ -535,6 +539,7 @@ def train(args: argparse.Namespace, task: TaskInfo, model_builder=None) -> dict:
         "steps_per_epoch": steps,
         "epochs": args.epochs,
         "precision": args.precision,
+        "mirror_average": "flip" in args.augment,
         "train_examples": int(len(x_train)),
         "train_seconds": train_seconds,
         "history": {k: [float(v) for v in vals] for k, vals in hist.history.items()},

@@ -44,3 +44,14 @@ def exported_model(trained_model, tmp_path_factory):
     path = tmp_path_factory.mktemp("export") / "cnn"
     export_saved_model(trained_model, path)
     return path
+
+
+@pytest.fixture(scope="session")
+def mirrored_export(trained_model, tmp_path_factory):
+    """``trained_model`` exported with ``mirror_average=True`` (what the trainer does for a
+    model trained with random flips)."""
+    from training.export import export_saved_model
+
+    path = tmp_path_factory.mktemp("export-mirror") / "cnn"
+    export_saved_model(trained_model, path, mirror_average=True)
+    return path

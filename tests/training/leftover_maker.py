@@ -31,14 +31,14 @@ elif kind == "chief":
     from training import export, train
     from training.tf_config import TaskInfo
 
-    def export_then_hang(model, export_dir):  # killed while exporting its candidate
+    def export_then_hang(model, export_dir, **_):  # killed while exporting its candidate
         Path(export_dir, "saved_model.pb").write_bytes(b"partial")
         print(f"staging {export_dir}", flush=True)
         time.sleep(600)
 
     export.export_saved_model = export_then_hang
     candidates = Path(sys.argv[2])
-    train.export_candidate(None, candidates / "cnn", TaskInfo(), candidates)
+    train.export_candidate(None, candidates / "cnn", TaskInfo(), candidates, False)
 else:
     from training import train
     from training.tf_config import TaskInfo

@@ -95,11 +95,11 @@ def test_staging_of_a_chief_killed_while_exporting_is_removed(tmp_path, monkeypa
         assert staging.name.startswith(".staging-cnn-") and staging.parent == candidates
         _kill9(proc)
 
-    def fake_export(model, export_dir):
+    def fake_export(model, export_dir, **_):
         Path(export_dir, "saved_model.pb").write_bytes(b"complete")
 
     monkeypatch.setattr(export, "export_saved_model", fake_export)
-    out = train.export_candidate(None, candidates / "cnn", TaskInfo(), candidates)
+    out = train.export_candidate(None, candidates / "cnn", TaskInfo(), candidates, False)
     assert out == candidates / "cnn" and sorted(p.name for p in candidates.iterdir()) == ["cnn"]
     assert sorted(p.name for p in out.iterdir()) == ["saved_model.pb"]  # no lock file inside
     assert out.stat().st_mode & 0o777 == 0o777 & ~_umask()  # as mkdir makes it, not 0700

@@ -50,10 +50,16 @@ def test_signature_shapes_and_names(exported_model):
     assert sig.structured_outputs[OUTPUT_NAME].shape.as_list() == [None, 10]
 
 
-def test_signature_accuracy_equals_in_process_accuracy(exported_model, trained_model, test_slice):
+@pytest.mark.parametrize(
+    ("export", "mirror_average"), [("exported_model", False), ("mirrored_export", True)]
+)
+def test_signature_accuracy_equals_in_process_accuracy(
+    request, trained_model, test_slice, export, mirror_average
+):
     images, labels = test_slice
-    in_process = probabilities(trained_model, images.astype(np.float32)).numpy()
-    served = _signature(exported_model)(**{INPUT_NAME: tf.constant(encode_images(images, "png"))})
+    in_process = probabilities(trained_model, images.astype(np.float32), mirror_average).numpy()
+    exported = request.getfixturevalue(export)
+    served = _signature(exported)(**{INPUT_NAME: tf.constant(encode_images(images, "png"))})
     served = served[OUTPUT_NAME].numpy()
     acc_in = np.mean(in_process.argmax(1) == labels)
     acc_served = np.mean(served.argmax(1) == labels)
@@ -63,15 +69,25 @@ def test_signature_accuracy_equals_in_process_accuracy(exported_model, trained_m
     np.testing.assert_allclose(served.sum(axis=1), 1.0, atol=1e-5)
 
 
-def test_served_probabilities_average_the_image_and_its_mirror(
-    exported_model, trained_model, test_slice
+def test_mirror_averaged_export_answers_an_image_and_its_mirror_alike(
+    mirrored_export, exported_model, trained_model, test_slice
 ):
     images = test_slice[0][:50]
-    sig = _signature(exported_model)
-    served = sig(**{INPUT_NAME: tf.constant(encode_images(images, "png"))})[OUTPUT_NAME].numpy()
     mirrored = images[:, :, ::-1]
-    served_mirror = sig(**{INPUT_NAME: tf.constant(encode_images(mirrored, "png"))})[OUTPUT_NAME]
-    np.testing.assert_allclose(served, served_mirror.numpy(), atol=1e-5)  # one answer per pair
+
+    def serve(path, x):
+        sig = _signature(path)
+        return sig(**{INPUT_NAME: tf.constant(encode_images(x, "png"))})[OUTPUT_NAME].numpy()
+
+    served = serve(mirrored_export, images)
+    np.testing.assert_allclose(served, serve(mirrored_export, mirrored), atol=1e-5)
+    views = [
+        tf.nn.softmax(trained_model(x.astype(np.float32), training=False))
+        for x in (images, mirrored)
+    ]
+    np.testing.assert_allclose(served, (views[0] + views[1]).numpy() / 2, atol=1e-5)
+    # the plain export (a model trained without flips) answers each view on its own
+    assert np.abs(serve(exported_model, images) - serve(exported_model, mirrored)).max() > 1e-3
     views = [
         tf.nn.softmax(trained_model(x.astype(np.float32), training=False))
         for x in (images, mirrored)
@@ -88,7 +104,7 @@ def test_jpeg_accuracy_matches_in_process_on_the_same_decoded_pixels(
     pixels = np.stack([np.asarray(Image.open(io.BytesIO(b)).convert("L")) for b in jpegs])[
         ..., None
     ]
-    in_process = probabilities(trained_model, pixels.astype(np.float32)).numpy().argmax(1)
+    in_process = probabilities(trained_model, pixels.astype(np.float32), False).numpy().argmax(1)
     served = _signature(exported_model)(**{INPUT_NAME: tf.constant(jpegs)})[OUTPUT_NAME].numpy()
     # TF's and Pillow's libjpeg builds may round a pixel differently: allow 1 image in 500.
     assert abs(np.mean(served.argmax(1) == labels) - np.mean(in_process == labels)) <= 1 / 500
