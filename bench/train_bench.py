@@ -42,6 +42,7 @@ from pathlib import Path
 from fmnist_common import MODEL_TYPES
 from fmnist_common.cli import options_argv, positive_int, run_cli
 from fmnist_pipeline.run import BUDGET_NAMES, budget_of, train_args
+from training.data import SPLIT_SIZES
 from training.launcher import LaunchError, launch, threads_per_replica
 from training.select import evaluate_candidate
 
@@ -49,7 +50,10 @@ log = logging.getLogger("bench")
 BENCH = Path(__file__).resolve().parent
 RESULTS = BENCH / "results"
 SCALING_EPOCHS = 3  # the first epoch traces and sets up the ring; the others are timed
-SCALING_EXAMPLES = 20_480  # training images per timed epoch (both workers together)
+# Images per timed epoch (both workers together): at least 20,480 and at least 60 steps, so
+# that per-epoch costs stay small against the steps at every batch, at most the training split
+# (which is 58 steps of 512 per replica).
+SCALING_MIN_EXAMPLES, SCALING_MIN_STEPS = 20_480, 60
 
 
 def history_of(saved: Path) -> dict:
@@ -111,18 +115,20 @@ def bench_one(model_type, budget, seed, data_dir, encoded, labels, reference=Fal
 def scaling_row(model_type: str, batch: int, precision: str, data_dir: str | None) -> dict:
     """2-worker throughput at ``batch`` per replica against the no-communication limit.
 
-    Both measurements train ``model_type`` for :data:`SCALING_EPOCHS` epochs of
-    :data:`SCALING_EXAMPLES` images in total (no validation) and report the median images/s of
-    the epochs after the first. The limit runs 2 processes with ``TF_CONFIG`` unset (a
-    one-replica strategy: no collective) and the intra-op threads the launcher gives each worker
+    Both measurements train ``model_type`` for :data:`SCALING_EPOCHS` epochs (no validation)
+    of :data:`SCALING_MIN_EXAMPLES` images or :data:`SCALING_MIN_STEPS` steps, whichever is
+    more (at most the training split), and report the median images/s of the epochs after the
+    first. The limit runs 2 processes with ``TF_CONFIG`` unset (a one-replica strategy: no
+    collective) and the intra-op threads the launcher gives each worker
     (:func:`training.launcher.threads_per_replica`), at the same time; their images/s are added.
 
     Raises:
         LaunchError: a replica failed.
     """
+    examples = min(SPLIT_SIZES["train"], max(SCALING_MIN_EXAMPLES, SCALING_MIN_STEPS * batch * 2))
     budget = {
         "epochs": SCALING_EPOCHS,
-        "train_examples": SCALING_EXAMPLES,
+        "train_examples": examples,  # both workers' shards together
         "validation_examples": 0,
         "batch_size_per_replica": batch,
         "learning_rate": 0.001,
@@ -132,7 +138,7 @@ def scaling_row(model_type: str, batch: int, precision: str, data_dir: str | Non
         work = Path(tmp)
         launch(train_args(model_type, work / "mw", "mw", budget, data_dir), 2, name="2-workers")
         two_workers = steady_ips(history_of(work / "mw" / "candidates" / model_type))
-        solo = {**budget, "train_examples": SCALING_EXAMPLES // 2}
+        solo = {**budget, "train_examples": examples // 2}
         env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
         env.setdefault("TF_NUM_INTRAOP_THREADS", str(threads_per_replica(2)))  # as launch()
         env.setdefault("TF_NUM_INTEROP_THREADS", "2")

@@ -35,7 +35,7 @@ import numpy as np
 
 import training  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 from fmnist_common import INPUT_NAME, MAX_VERSION, OUTPUT_NAME, SIGNATURE_KEY, parse_version
-from fmnist_common.cli import number
+from fmnist_common.cli import number, positive_int
 from training.data import DatasetError
 from training.leftovers import make_owned_dir, release_dir, remove_stale_dirs
 from training.models import MODEL_TYPES
@@ -75,10 +75,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="accept only candidates trained by this run (their training_history.json run_id); "
         "stale candidates of earlier runs are reported and skipped",
     )
-    p.add_argument("--test-examples", type=int, default=0, help="first N test images; 0 = all")
+    p.add_argument(
+        "--test-examples", type=number(int, 0), default=0, help="first N test images; 0 = all"
+    )
     p.add_argument("--image-format", choices=("jpeg", "png"), default="jpeg")
-    p.add_argument("--jpeg-quality", type=int, default=95)
-    p.add_argument("--batch-size", type=int, default=500)
+    p.add_argument("--jpeg-quality", type=number(int, 1, 95), default=95, help="Pillow's 1..95")
+    p.add_argument("--batch-size", type=positive_int, default=500, help="images per call")
     p.add_argument(
         "--min-accuracy",
         type=number(float, 0, 1),

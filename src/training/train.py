@@ -49,6 +49,16 @@ SHIFT_PIXELS = 2  # random shifts of up to 2 px (7 % of the side) in each direct
 ERASE_PIXELS = 10  # side of the square that random erasing blanks, half of the time
 
 
+class _ProfileBatches(argparse.Action):
+    """``FIRST LAST`` with ``1 <= FIRST <= LAST``, or ``0 0``; else a usage error (exit 2)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        first, last = values
+        if (first == 0) != (last == 0) or first > last:
+            parser.error(f"{option_string} {first} {last}: need 1 <= FIRST <= LAST, or 0 0")
+        setattr(namespace, self.dest, (first, last))
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The training CLI; the TFJob manifests pass exactly these flags."""
     p = argparse.ArgumentParser(
@@ -145,9 +155,10 @@ def build_parser() -> argparse.ArgumentParser:
         type=number(int, 0),
         nargs=2,
         default=(0, 0),
+        action=_ProfileBatches,
         metavar=("FIRST", "LAST"),
-        help="write a TensorBoard profile (the chief's trace) of these training batches "
-        "(1-based, counted over the whole run; 0 0 = none; needs --tensorboard-dir)",
+        help="write a TensorBoard profile of these training batches on the chief (1-based, "
+        "counted from this process's first batch; 0 0 = none; needs --tensorboard-dir)",
     )
     p.add_argument(
         "--intra-op-threads",
@@ -356,6 +367,9 @@ def float32_copy(model, build, args: argparse.Namespace, strategy):
     keras.mixed_precision.set_global_policy("float32")
     copy = build(args.model_type)
     copy.set_weights([strategy.experimental_local_results(w)[0].numpy() for w in model.weights])
+    pinned = [layer.name for layer in copy.layers if layer.compute_dtype != "float32"]
+    if pinned:  # a model builder that sets a layer's dtype itself
+        raise ConfigError(f"layers {pinned} do not compute in float32: the export must")
     return copy
 
 
@@ -451,9 +465,10 @@ def train(args: argparse.Namespace, task: TaskInfo, model_builder=None) -> dict:
     if args.intra_op_threads:
         tf.config.threading.set_intra_op_parallelism_threads(args.intra_op_threads)
         tf.config.threading.set_inter_op_parallelism_threads(max(2, args.intra_op_threads))
-    first, last = args.profile_batches
-    if (first == 0) != (last == 0) or first > last:
-        raise ConfigError(f"--profile-batches {first} {last}: need 1 <= FIRST <= LAST, or 0 0")
+    if args.profile_batches[0] and not args.tensorboard_dir:
+        raise ConfigError(
+            "--profile-batches needs --tensorboard-dir (the profile is written there)"
+        )
     strategy = make_strategy(task, args)
     replicas = strategy.num_replicas_in_sync
     chief = is_chief(task)
@@ -502,10 +517,9 @@ def train(args: argparse.Namespace, task: TaskInfo, model_builder=None) -> dict:
         ThroughputLogger.make(global_batch, steps),
     ]
     if dirs["tensorboard"] is not None:
+        profile = args.profile_batches if chief and args.profile_batches[0] else 0
         callbacks.append(
-            keras.callbacks.TensorBoard(
-                log_dir=str(dirs["tensorboard"]), profile_batch=(first, last) if first else 0
-            )
+            keras.callbacks.TensorBoard(log_dir=str(dirs["tensorboard"]), profile_batch=profile)
         )
 
     try:

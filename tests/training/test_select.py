@@ -113,12 +113,22 @@ def test_min_accuracy_gate(tmp_path, candidates):
     assert not (tmp_path / "models/fashion-mnist/1").exists()
 
 
-@pytest.mark.parametrize("bad", ["nan", "1.5", "-0.1"])
-def test_min_accuracy_outside_0_1_is_a_usage_error(bad, capsys):
+@pytest.mark.parametrize(
+    ("option", "bad", "message"),
+    [
+        ("--min-accuracy", "nan", "must be in [0, 1]"),
+        ("--min-accuracy", "1.5", "must be in [0, 1]"),
+        ("--min-accuracy", "-0.1", "must be in [0, 1]"),
+        ("--test-examples", "-9990", "must be"),  # once published a model scored on 10 images
+        ("--batch-size", "0", "must be"),
+        ("--jpeg-quality", "500", "must be in [1, 95]"),
+    ],
+)
+def test_out_of_range_options_are_usage_errors(option, bad, message, capsys):
     with pytest.raises(SystemExit) as exc:
-        selection.build_parser().parse_args(["--min-accuracy", bad, "--candidates-dir", "c"])
+        selection.build_parser().parse_args([option, bad, "--candidates-dir", "c"])
     assert exc.value.code == 2
-    assert "must be in [0, 1]" in capsys.readouterr().err
+    assert message in capsys.readouterr().err
 
 
 def test_crash_while_copying_leaves_no_loadable_version(tmp_path, candidates, monkeypatch):
