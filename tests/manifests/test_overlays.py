@@ -17,6 +17,7 @@ ENV_PARAMS = {
     "train-resources",
     "train-node-selector",
     "train-tolerations",
+    "precision",
 }
 
 
