@@ -40,7 +40,7 @@ def workflow_params(spec: dict) -> dict[str, str]:
 def expression(expr: str, values: dict[str, str]) -> str | None:
     """An Argo ``{{=expr}}`` of the one form the manifests use (:data:`REPLACE`); None for any
     other, which stays unresolved (the ``workflow`` check reports it)."""
-    m = REPLACE.fullmatch(expr.strip())
+    m = REPLACE.fullmatch(expr.strip().replace('"', "'"))  # expr accepts either quote
     value = values.get(f"inputs.parameters.{m[3]}") if m else None
     return None if value is None else value.replace(m[1], m[2])
 

@@ -142,6 +142,8 @@ def test_argo_expressions_the_manifests_use():
         expression("sprig.replace('_', '-', inputs.parameters['model-type'])", values)
         == "batch-norm"
     )
+    double = """sprig.replace("_", "-", inputs.parameters["model-type"])"""  # expr allows both
+    assert expression(double, values) == "batch-norm"
     assert expression("sprig.lower(inputs.parameters.model-type)", values) is None  # not a name
     assert expression("inputs.parameters['missing']", values) is None
 
