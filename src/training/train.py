@@ -333,6 +333,12 @@ class ThroughputLogger:
         import tf_keras as keras
 
         class _Cb(keras.callbacks.Callback):
+            def on_train_begin(self, logs=None):  # fit() minus the epochs: set-up, tear-down
+                log.info("training starts")
+
+            def on_train_end(self, logs=None):
+                log.info("training ends")
+
             def on_epoch_begin(self, epoch, logs=None):
                 self._t0 = time.perf_counter()
                 self._t_train_end = None
