@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
 import sys
 import tempfile
@@ -31,6 +32,7 @@ from fmnist_common import MODEL_TYPES
 from fmnist_common.cli import ConfigError, positive_int, run_cli
 from fmnist_pipeline.run import budget_of, train_args
 from training.launcher import LaunchError, launch
+from training.train import PRECISIONS
 
 RESULTS = Path(__file__).resolve().parent / "results"
 STEPS_PER_EPOCH = 30
@@ -45,7 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--batch-size-per-replica", type=positive_int, default=full["batch_size_per_replica"]
     )
-    p.add_argument("--precision", choices=("float32", "mixed_bfloat16"), default=full["precision"])
+    p.add_argument("--precision", choices=PRECISIONS, default=full["precision"])
     p.add_argument("--data-dir", default=None, help="tfds data dir (default: $TFDS_DATA_DIR)")
     p.add_argument("--keep", default=None, help="copy the TensorBoard directory here")
     return p
@@ -114,8 +116,6 @@ def main(args: argparse.Namespace) -> int:
         launch(argv, num_workers=2, name="profile")
         found = sorted((work / "tensorboard").rglob("*.xplane.pb"))
         if args.keep:
-            import shutil
-
             shutil.copytree(work / "tensorboard", args.keep, dirs_exist_ok=True)
         if not found:
             raise ConfigError("the chief wrote no profile (*.xplane.pb)")

@@ -502,6 +502,7 @@ def train(args: argparse.Namespace, task: TaskInfo, model_builder=None) -> dict:
     dirs = run_dirs(args, task)
     ckpt = checkpoint_dir(args)
     build = model_builder or build_model
+    mirror_average = "flip" in args.augment  # mirrored at random while training: serve both
     keras.mixed_precision.set_global_policy(args.precision)
     with strategy.scope():
         model = build(args.model_type, seed=args.seed)
@@ -539,13 +540,13 @@ def train(args: argparse.Namespace, task: TaskInfo, model_builder=None) -> dict:
             verbose=2,
         )
         train_seconds = time.perf_counter() - t0
-        saved = export_candidate(
-            float32_copy(model, build, args, strategy),
-            Path(args.saved_model_dir),
-            task,
-            dirs["export_parent"],
-            mirror_average="flip" in args.augment,  # mirrored at random while training
-        )
+        exported, saved = float32_copy(model, build, args, strategy), None
+        # saving a distributed model takes every replica (collectives); a local float32 copy
+        # only the chief, so the others skip a throwaway export
+        if chief or exported is model:
+            saved = export_candidate(
+                exported, Path(args.saved_model_dir), task, dirs["export_parent"], mirror_average
+            )
     finally:
         if dirs["scratch"] is not None:  # non-chief: nothing of this replica may survive
             release_dir(dirs["scratch"])
@@ -559,7 +560,7 @@ def train(args: argparse.Namespace, task: TaskInfo, model_builder=None) -> dict:
         "steps_per_epoch": steps,
         "epochs": args.epochs,
         "precision": args.precision,
-        "mirror_average": "flip" in args.augment,
+        "mirror_average": mirror_average,
         "train_examples": int(len(x_train)),
         "train_seconds": train_seconds,
         "history": {k: [float(v) for v in vals] for k, vals in hist.history.items()},
