@@ -88,8 +88,9 @@ def _seed(i: int):
 
 
 def _augmented(kind: str, n: int = 300) -> np.ndarray:
-    image = tf.fill((28, 28, 1), tf.constant(255, tf.uint8))
-    return np.stack([augment(image, 0, kind, _seed(i))[0].numpy() for i in range(n)])[..., 0]
+    """``n`` white images augmented as one batch: every image gets its own draw."""
+    images = tf.fill((n, 28, 28, 1), tf.constant(255, tf.uint8))
+    return augment(images, tf.zeros(n, tf.int64), kind, _seed(1))[0].numpy()[..., 0]
 
 
 def test_shift_moves_the_image_by_at_most_two_pixels_and_pads_with_background():
@@ -103,10 +104,10 @@ def test_shift_moves_the_image_by_at_most_two_pixels_and_pads_with_background():
 
 
 def test_flip_mirrors_left_right_about_half_of_the_time():
-    image = np.zeros((28, 28, 1), np.uint8)
-    image[:, :14] = 255  # left half white
-    outs = [augment(tf.constant(image), 0, "shift-flip", _seed(i))[0].numpy() for i in range(200)]
-    mirrored = sum(int(o[14, 24, 0] == 255) for o in outs)
+    images = np.zeros((200, 28, 28, 1), np.uint8)
+    images[:, :, :14] = 255  # left half white
+    outs = augment(tf.constant(images), tf.zeros(200, tf.int64), "shift-flip", _seed(1))[0]
+    mirrored = int((outs.numpy()[:, 14, 24, 0] == 255).sum())
     assert 60 < mirrored < 140
 
 
@@ -123,7 +124,17 @@ def test_erase_blanks_one_square_of_at_most_erase_pixels_about_half_of_the_time(
 
 @pytest.mark.parametrize("kind", [k for k in AUGMENTATIONS if k != "none"])
 def test_augmentation_keeps_shape_dtype_and_label(kind):
-    image, label = augment(
-        tf.zeros((28, 28, 1), tf.uint8), tf.constant(3, tf.int64), kind, _seed(1)
+    images, labels = augment(
+        tf.zeros((5, 28, 28, 1), tf.uint8), tf.constant([3] * 5, tf.int64), kind, _seed(1)
     )
-    assert image.shape == (28, 28, 1) and image.dtype == tf.uint8 and int(label) == 3
+    assert images.shape == (5, 28, 28, 1) and images.dtype == tf.uint8
+    assert labels.numpy().tolist() == [3] * 5
+
+
+def test_augmentation_draws_per_image_and_repeats_for_the_same_seed():
+    first, again = _augmented("shift-flip-erase", 50), _augmented("shift-flip-erase", 50)
+    np.testing.assert_array_equal(first, again)
+    assert len({img.tobytes() for img in first}) > 25, "images of one batch draw independently"
+    images = tf.fill((50, 28, 28, 1), tf.constant(255, tf.uint8))
+    reseeded = augment(images, tf.zeros(50, tf.int64), "shift-flip-erase", _seed(2))[0]
+    assert not np.array_equal(reseeded.numpy()[..., 0], first)
