@@ -69,7 +69,9 @@ def test_workers_draw_different_augmentations_reproducibly():
     creator = train_input(images, labels, _args("shift-flip-erase"), 20, steps=5)
 
     def first_batch(worker: int) -> np.ndarray:
-        return next(creator(tf.distribute.InputContext(2, worker, 2)).as_numpy_iterator())[0]
+        dataset = creator(tf.distribute.InputContext(2, worker, 2))
+        assert dataset.element_spec[0].shape == (10, 28, 28, 1), "static per-replica batch"
+        return next(dataset.as_numpy_iterator())[0]
 
     assert not np.array_equal(np.sort(first_batch(0), 0), np.sort(first_batch(1), 0))
     np.testing.assert_array_equal(np.sort(first_batch(0), 0), np.sort(first_batch(0), 0))
@@ -93,14 +95,17 @@ def _augmented(kind: str, n: int = 300) -> np.ndarray:
     return augment(images, tf.zeros(n, tf.int64), kind, _seed(1))[0].numpy()[..., 0]
 
 
-def test_shift_moves_the_image_by_at_most_two_pixels_and_pads_with_background():
-    out = _augmented("shift")
+def test_shift_moves_each_image_by_up_to_two_pixels_in_every_combination():
+    out = _augmented("shift", 500)
     inner = slice(SHIFT_PIXELS, 28 - SHIFT_PIXELS)
     assert np.all(out[:, inner, inner] == 255), "the centre always comes from the image"
-    for axis in (2, 1):  # padded rows (top or bottom), then padded columns (left or right)
-        padded = (out == 0).all(axis=axis).sum(axis=1)
-        assert padded.max() == SHIFT_PIXELS and padded.min() == 0
-    assert set(np.unique(out)) == {0, 255}
+    assert set(np.unique(out)) == {0, 255}, "padding is background"
+    blank_rows, blank_cols = (out == 0).all(axis=2), (out == 0).all(axis=1)
+    # the crop's corner in the padded image: SHIFT_PIXELS - blanks before + blanks after
+    row = SHIFT_PIXELS - blank_rows[:, :SHIFT_PIXELS].sum(1) + blank_rows[:, -SHIFT_PIXELS:].sum(1)
+    col = SHIFT_PIXELS - blank_cols[:, :SHIFT_PIXELS].sum(1) + blank_cols[:, -SHIFT_PIXELS:].sum(1)
+    corners = set(zip(row.tolist(), col.tolist(), strict=True))
+    assert corners == {(r, c) for r in range(5) for c in range(5)}, "every shift, each axis its own"
 
 
 def test_flip_mirrors_left_right_about_half_of_the_time():
@@ -116,10 +121,16 @@ def test_erase_blanks_one_square_of_at_most_erase_pixels_about_half_of_the_time(
     inner = out[:, SHIFT_PIXELS : 28 - SHIFT_PIXELS, SHIFT_PIXELS : 28 - SHIFT_PIXELS]
     erased = [img for img in inner if (img == 0).any()]
     assert 90 < len(erased) < 210
+    boxes = set()
     for img in erased:
         rows, cols = np.nonzero(img == 0)
-        assert rows.max() - rows.min() < ERASE_PIXELS and cols.max() - cols.min() < ERASE_PIXELS
-        assert (img == 0).sum() == (rows.max() - rows.min() + 1) * (cols.max() - cols.min() + 1)
+        box = (rows.min(), rows.max(), cols.min(), cols.max())
+        assert (img == 0).sum() == (box[1] - box[0] + 1) * (box[3] - box[2] + 1), "a rectangle"
+        for low, high in (box[:2], box[2:]):  # the full side unless clipped at a border
+            side = high - low + 1
+            assert side == ERASE_PIXELS if low > 0 and high < len(img) - 1 else side <= ERASE_PIXELS
+        boxes.add(box)
+    assert len(boxes) > len(erased) // 2, "each image draws its own square"
 
 
 @pytest.mark.parametrize("kind", [k for k in AUGMENTATIONS if k != "none"])
