@@ -230,13 +230,16 @@ def augment(images, labels, kind: str, seed):
       (0), clipped at the border ("Cutout", DeVries & Taylor 2017; "Random Erasing", Zhong et
       al. 2020, which reports gains on Fashion-MNIST).
 
-    Vectorised over the batch (gathers and masks, no per-image ops): per image, the same
-    augmentation cost a whole CPU core-second per 10,000 images, a quarter of the CPU time of
-    a training epoch on 2 cores (bench/README.md). Runs in ``tf.data`` only: the exported
-    model has no random layer, so serving computes exactly what evaluation measured.
+    Vectorised over the batch (gathers and masks, no per-image ops; its cost is measured in
+    bench/README.md). Runs in ``tf.data`` only: the exported model has no random layer, so
+    serving computes exactly what evaluation measured.
+
+    Args:
+        images: ``uint8 [B, 28, 28, 1]``; labels: any ``[B]`` tensor (``float32 [B, 10]`` or
+            ``int64 [B]``), returned unchanged.
 
     Returns:
-        ``(uint8 [B, 28, 28, 1], labels)``, labels unchanged.
+        ``(uint8 [B, 28, 28, 1], labels)``.
     """
     import tensorflow as tf
 
