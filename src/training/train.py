@@ -235,8 +235,8 @@ def augment(images, labels, kind: str, seed):
     serving computes exactly what evaluation measured.
 
     Args:
-        images: ``uint8 [B, 28, 28, 1]``; labels: any ``[B]`` tensor (``float32 [B, 10]`` or
-            ``int64 [B]``), returned unchanged.
+        images: ``uint8 [B, 28, 28, 1]``; labels: any tensor with leading dimension ``B``
+            (``int64 [B]`` in :func:`train_input`), returned unchanged.
 
     Returns:
         ``(uint8 [B, 28, 28, 1], labels)``.

@@ -135,11 +135,19 @@ def test_erase_blanks_one_square_of_at_most_erase_pixels_about_half_of_the_time(
 
 @pytest.mark.parametrize("kind", [k for k in AUGMENTATIONS if k != "none"])
 def test_augmentation_keeps_shape_dtype_and_label(kind):
-    images, labels = augment(
-        tf.zeros((5, 28, 28, 1), tf.uint8), tf.constant([3] * 5, tf.int64), kind, _seed(1)
-    )
+    images, labels = augment(tf.zeros((5, 28, 28, 1), tf.uint8), tf.range(5), kind, _seed(1))
     assert images.shape == (5, 28, 28, 1) and images.dtype == tf.uint8
-    assert labels.numpy().tolist() == [3] * 5
+    assert labels.numpy().tolist() == [0, 1, 2, 3, 4]
+
+
+def test_augmented_images_stay_with_their_labels():
+    # every image is filled with its own id; the brightest pixel survives shift, flip and erase
+    ids = np.arange(1, 201)
+    images = np.broadcast_to(ids[:, None, None, None], (200, 28, 28, 1)).astype(np.uint8)
+    creator = train_input(images, ids % 10, _args("shift-flip-erase"), 40, steps=5)
+    batches = list(creator(tf.distribute.InputContext(2, 0, 2)).take(5).as_numpy_iterator())
+    for x, y in batches:
+        np.testing.assert_array_equal(y.argmax(1), x.reshape(len(x), -1).max(1).astype(int) % 10)
 
 
 def test_augmentation_draws_per_image_and_repeats_for_the_same_seed():
