@@ -298,11 +298,6 @@ def train_input(images, labels, args: argparse.Namespace, global_batch: int, ste
             ds = tf.data.Dataset.zip((ds, seeds)).map(lambda xy, s: augment(*xy, kind, s))
         options = tf.data.Options()
         options.deterministic = False
-        # No tf.data autotuning loop: it wakes on a period that doubles up to 60 s, and in
-        # 2-worker runs deleting this iterator at the end of fit() waited for its next wake-up,
-        # up to a minute per run (bench/README.md). Prefetching still adapts its buffer (the
-        # prefetch op's own tuner); the input needs ~8 batches/s and gives ~100 without it.
-        options.autotune.enabled = False
         return ds.map(_one_hot).with_options(options).prefetch(tf.data.AUTOTUNE)
 
     return keras.utils.experimental.DatasetCreator(dataset_fn)
