@@ -88,11 +88,6 @@ def test_mirror_averaged_export_answers_an_image_and_its_mirror_alike(
     np.testing.assert_allclose(served, (views[0] + views[1]).numpy() / 2, atol=1e-5)
     # the plain export (a model trained without flips) answers each view on its own
     assert np.abs(serve(exported_model, images) - serve(exported_model, mirrored)).max() > 1e-3
-    views = [
-        tf.nn.softmax(trained_model(x.astype(np.float32), training=False))
-        for x in (images, mirrored)
-    ]
-    np.testing.assert_allclose(served, (views[0] + views[1]).numpy() / 2, atol=1e-5)
     assert np.abs((views[0] - views[1]).numpy()).max() > 1e-3, "the two views should differ"
 
 
