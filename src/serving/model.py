@@ -189,6 +189,8 @@ class FashionMnistModel(Model):
             ImageDecodeError: an image TensorFlow could not decode, named by its JSON path
                 and kind.
         """
+        if not payload.images:  # {"inputs": []}: the signature's answer to 0 images
+            return payload.response([])
         try:
             probs = await self.batcher.submit(payload.images)
         except ImageDecodeError as exc:

@@ -8,7 +8,8 @@ same shape, so one client works against both:
 * row format: ``{"instances": [{"b64": ...}, ...]}`` or, naming the input,
   ``{"instances": [{"image_bytes": {"b64": ...}}, ...]}`` -> ``{"predictions": [[10 floats]]}``;
 * columnar format: ``{"inputs": [{"b64": ...}, ...]}`` or ``{"inputs": {"image_bytes": [...]}}``
-  -> ``{"outputs": [[10 floats]]}``;
+  -> ``{"outputs": [[10 floats]]}``; an empty list is a batch of 0 images -> ``{"outputs": []}``
+  (TF Serving rejects only an empty ``instances``);
 * optional ``"signature_name": "serving_default"``; other top-level keys are ignored, as TF
   Serving ignores them; ``instances`` and ``inputs`` together are an error;
 * base64 decoded as TF Serving's ``absl::Base64Unescape``: standard alphabet, ASCII whitespace
@@ -349,8 +350,9 @@ def _columns(inputs: Any, limits: Limits) -> list[tuple[Any, str]]:
             f"'{prefix}' must be a list of {{\"b64\": ...}} (input {INPUT_NAME} has shape "
             f"[None]), got {'one b64 object' if _is_b64_object(inputs) else _describe(inputs)}"
         )
-    if not inputs:  # TF Serving fails on the empty batch too (400)
-        raise InvalidInput(f"'{prefix}' is empty")
+    # An empty list is a tensor of shape [0], which TF Serving passes to the signature; the
+    # exported signature answers it with [0, 10] on every CPU (training.export), so the answer
+    # is {"outputs": []}, here as there.
     _check_count(len(inputs), limits)
     return [(value, f"{prefix}[{i}]") for i, value in enumerate(inputs)]
 

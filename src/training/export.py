@@ -6,7 +6,8 @@ The ``serving_default`` signature (TF Serving REST "row" format, KServe V1 proto
                                                    (``{"b64": ...}`` in JSON requests)
     outputs: probabilities  tf.float32 [None, 10]  softmax over CLASS_NAMES (averaged over
                                                    the image and its left-right mirror for a
-                                                   model trained with mirroring)
+                                                   model trained with mirroring); an empty
+                                                   batch gives [0, 10] on every CPU
 
 Decoding follows :func:`decode_images`: decode to one grey channel, resize to 28x28 with area
 averaging when the size differs, then :func:`probabilities` (the model's own preprocessing
@@ -26,7 +27,7 @@ from __future__ import annotations
 import os
 
 import training  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
-from fmnist_common import IMAGE_SIZE, INPUT_NAME, OUTPUT_NAME, SIGNATURE_KEY
+from fmnist_common import IMAGE_SIZE, INPUT_NAME, NUM_CLASSES, OUTPUT_NAME, SIGNATURE_KEY
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 UNSUPPORTED_FORMAT_MESSAGE = "image is not a JPEG or PNG (the only formats accepted)"
@@ -139,8 +140,15 @@ def build_serving_module(model, mirror_average: bool):
 
         @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name=INPUT_NAME)])
         def serve(self, image_bytes):
-            pixels = decode_images(image_bytes)
-            return {OUTPUT_NAME: probabilities(self.model, pixels, mirror_average)}
+            # An empty batch never reaches the network: oneDNN's kernels answer N = 0 with
+            # [0, 10] on some CPUs (AVX2) and crash on others (AVX-512), so the graph answers
+            # it itself, the same on every CPU and on TF Serving.
+            probs = tf.cond(
+                tf.size(image_bytes) > 0,
+                lambda: probabilities(self.model, decode_images(image_bytes), mirror_average),
+                lambda: tf.zeros([0, NUM_CLASSES], tf.float32),
+            )
+            return {OUTPUT_NAME: probs}
 
     return ServingModule(model)
 

@@ -7,6 +7,7 @@ import io
 
 import numpy as np
 
+from fmnist_common import INPUT_NAME
 from fmnist_common import predict_body as body  # noqa: F401  (the V1 body, for the tests)
 
 
@@ -134,7 +135,8 @@ def request_corpus(good: bytes, kinds: dict[str, bytes]) -> list[tuple[str, byte
         ("columnar-scalar", js({"inputs": {"b64": g}}), 400),
         ("columnar-wrong-name", js({"inputs": {"pixels": [{"b64": g}]}}), 400),
         ("columnar-nested", js({"inputs": [[{"b64": g}]]}), 400),
-        ("columnar-empty", js({"inputs": []}), 400),  # TF Serving: the model fails on 0 images
+        ("columnar-empty", js({"inputs": []}), 200),  # a [0] tensor: the signature gives [0, 10]
+        ("columnar-named-empty", js({"inputs": {INPUT_NAME: []}}), 200),
         ("empty-b64", js({"instances": [{"b64": ""}]}), 400),
         ("whitespace-b64", js({"instances": [{"b64": " \n "}]}), 400),
         ("bad-base64-chars", js({"instances": [{"b64": "!!!!" + g}]}), 400),

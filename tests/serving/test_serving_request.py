@@ -15,6 +15,7 @@ from kserve.errors import InvalidInput
 from serving_helpers import b64, encode, image_kinds, mime_wrap
 from tf_serving_reference import Rejected, absl_base64_unescape
 
+from fmnist_common import INPUT_NAME
 from serving.request import Limits, PayloadTooLarge, decode_b64, parse_request
 
 GREY = np.full((28, 28), 120, np.uint8)
@@ -85,9 +86,15 @@ def test_parse_request_rejects(payload, exc, match):
         parse_request(payload, Limits(max_instances=2))
 
 
-def test_columnar_empty_list_is_refused_as_tf_serving_fails_on_it():
-    with pytest.raises(InvalidInput, match="'inputs' is empty"):
-        parse_request({"inputs": []}, Limits())
+@pytest.mark.parametrize("payload", [{"inputs": []}, {"inputs": {INPUT_NAME: []}}])
+def test_columnar_empty_list_is_a_batch_of_zero_images(payload):
+    """TF Serving feeds ``[]`` to the signature as a ``[0]`` tensor (the signature answers
+    ``[0, 10]``); only an empty ``instances`` is refused."""
+    req = parse_request(payload, Limits())
+    assert (req.images, req.columnar) == ([], True)
+    assert req.response([]) == {"outputs": []}
+    with pytest.raises(InvalidInput, match="'instances' is empty"):
+        parse_request({"instances": []}, Limits())
 
 
 @pytest.mark.parametrize(

@@ -50,6 +50,55 @@ def test_signature_shapes_and_names(exported_model):
     assert sig.structured_outputs[OUTPUT_NAME].shape.as_list() == [None, 10]
 
 
+# Runs in a fresh interpreter: oneDNN reads these before TensorFlow loads.
+_SIGNATURE_PROBE = """
+import json, sys
+import numpy as np, tensorflow as tf
+sig = tf.saved_model.load(sys.argv[1]).signatures[sys.argv[2]]
+empty = sig(**{sys.argv[3]: tf.constant([], tf.string)})[sys.argv[4]].numpy()
+one = sig(**{sys.argv[3]: tf.constant([open(sys.argv[5], "rb").read()])})[sys.argv[4]].numpy()
+print(json.dumps({"empty": list(empty.shape), "one": one.tolist()}))
+"""
+# The instruction sets of the machines this project runs on, as oneDNN picks its kernels
+# (ONEDNN_MAX_CPU_ISA caps them below what the CPU has); TF_ENABLE_ONEDNN_OPTS=0 is Eigen only.
+ISA_ENVIRONMENTS = {
+    "default": {},
+    "avx2": {"ONEDNN_MAX_CPU_ISA": "AVX2"},
+    "no-onednn": {"TF_ENABLE_ONEDNN_OPTS": "0"},
+}
+
+
+@pytest.mark.parametrize(
+    ("export", "mirror"), [("exported_model", False), ("mirrored_export", True)]
+)
+def test_signature_answers_zero_images_with_zero_rows_on_every_instruction_set(
+    request, tmp_path, test_slice, export, mirror
+):
+    """An empty batch is ``[0, 10]``, never an error, whichever kernels oneDNN picks (it once
+    crashed on AVX-512 and answered on AVX2), and one image gets the same answer everywhere."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    image = tmp_path / "one.png"
+    image.write_bytes(encode_images(test_slice[0][:1], "png")[0])
+    path = str(request.getfixturevalue(export))
+    answers = {}
+    for name, extra in ISA_ENVIRONMENTS.items():
+        proc = subprocess.run(
+            [sys.executable, "-c", _SIGNATURE_PROBE, path, SIGNATURE_KEY, INPUT_NAME, OUTPUT_NAME,
+             str(image)],
+            env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **extra},
+            capture_output=True, text=True, timeout=300, check=False,
+        )  # fmt: skip
+        assert proc.returncode == 0, (name, proc.stderr[-3000:])
+        answers[name] = json.loads(proc.stdout.strip().splitlines()[-1])
+    for name, got in answers.items():
+        assert got["empty"] == [0, 10], (name, mirror)
+        np.testing.assert_allclose(got["one"], answers["default"]["one"], atol=1e-5, err_msg=name)
+
+
 @pytest.mark.parametrize(
     ("export", "mirror_average"), [("exported_model", False), ("mirrored_export", True)]
 )
