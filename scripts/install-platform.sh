@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Install the platform layer in dependency order: cert-manager -> Knative Serving + Kourier ->
-# KServe (+ runtimes) -> Kubeflow training operator -> Argo Workflows. Each part goes in three
-# steps, so it is safe on a fresh cluster: (1) its CRDs, waited for until Established; (2) its
-# other objects, then its Deployments (controllers and webhooks) waited for until Available;
-# (3) its custom resources (and ConfigMap patches), retried while a webhook does not answer yet.
+# Knative's settings (base/platform/knative-config, and config-domain derived from KServe's
+# ingressDomain) -> KServe (+ runtimes) -> Kubeflow training operator -> Argo Workflows. Each
+# part goes in three steps, so it is safe on a fresh cluster: (1) its CRDs, waited for until
+# Established; (2) its other objects (ConfigMaps included), retried while a webhook does not
+# answer yet, then its Deployments (controllers and webhooks) waited for until Available;
+# (3) its custom resources, retried the same way.
 # Idempotent: server-side apply everywhere, re-running changes nothing.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -57,13 +59,16 @@ KN_URL="${GH}/knative/serving/releases/download/knative-${KNATIVE_SERVING_VERSIO
 KOURIER_URL="${GH}/knative-extensions/net-kourier/releases/download/knative-${KNATIVE_NET_KOURIER_VERSION}/kourier.yaml"
 
 k() { "${KUBECTL}" "$@"; }
-apply() { k apply --server-side --force-conflicts "$@"; }
+# FIELD_MANAGER: the server-side apply owner (default kubectl's own); settings applied over an
+# upstream object take their own, so that neither apply removes the other's fields.
+apply() { k apply --server-side --force-conflicts --field-manager="${FIELD_MANAGER:-kubectl}" "$@"; }
 
-# render NAME SOURCE: SOURCE (a kustomization dir of this repo, a URL or a file) rendered by
-# kustomize into ${WORK}/NAME/all.yaml. In mirror mode the pinned remote resources of the
-# kustomization are replaced by their mirror files (lib.sh: mirror_kustomization).
+# render NAME SOURCE [EXTRA]: SOURCE (a kustomization dir of this repo, a URL or a file)
+# rendered by kustomize into ${WORK}/NAME/all.yaml, with the YAML documents of the file EXTRA
+# appended. In mirror mode the pinned remote resources of the kustomization are replaced by
+# their mirror files (lib.sh: mirror_kustomization).
 render() {
-  local src="$2" out="${WORK}/$1"
+  local src="$2" extra="${3:-}" out="${WORK}/$1"
   rm -rf "${out}"
   mkdir -p "${out}/k"
   if [[ -d "${src}" ]]; then
@@ -74,7 +79,44 @@ render() {
       > "${out}/k/kustomization.yaml"
   fi
   k kustomize "${out}/k" > "${out}/all.yaml"
+  if [[ -n "${extra}" ]]; then printf -- '---\n' >> "${out}/all.yaml"; cat "${extra}" >> "${out}/all.yaml"; fi
   split_docs "${out}"
+}
+
+# ingress_domain FILE: KServe's ingressDomain in rendered manifests (the JSON of the `ingress`
+# key of ConfigMap inferenceservice-config): the one place the cluster's domain is set.
+ingress_domain() {
+  local domain
+  # kustomize output: one document per object, top-level keys at column 0, data keys at 2.
+  domain="$(awk '
+    function flush() { if (name == "inferenceservice-config" && kind == "ConfigMap") print found
+                       name = kind = found = ""; block = 0 }
+    /^---/ { flush(); next }
+    /^kind: / { kind = $2 }
+    /^  name: / && meta { name = $2 }
+    /^[a-z]/ { meta = ($1 == "metadata:") }
+    /^  [^ ]/ { block = ($1 == "ingress:") }
+    block && /"ingressDomain"/ { v = $0; sub(/^[^:]*: *"/, "", v); sub(/".*/, "", v); found = v }
+    END { flush() }
+  ' "$1")"
+  [[ "${domain}" =~ ^[a-z0-9]([a-z0-9.-]*[a-z0-9])?$ ]] \
+    || die "no ingressDomain in KServe's inferenceservice-config ($1): got '${domain}'"
+  printf '%s\n' "${domain}"
+}
+
+# knative_domain DOMAIN: Knative's config-domain serving every route under DOMAIN. Without it
+# Knative (>= 1.8) defaults to svc.cluster.local: every route is cluster-local, and Kourier's
+# external listener serves none of them (404).
+knative_domain() {
+  cat <<YAML
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: config-domain
+  namespace: knative-serving
+data:
+  $1: ""
+YAML
 }
 
 # split_docs DIR: DIR/all.yaml -> crds.yaml (CustomResourceDefinitions), crs.yaml (objects of
@@ -155,6 +197,10 @@ else
 fi
 install cert-manager
 
+# KServe is rendered first: Knative's domain is derived from its ingressDomain.
+render kserve "${REPO_ROOT}/base/platform/kserve"
+INGRESS_DOMAIN="$(ingress_domain "${WORK}/kserve/all.yaml")"
+knative_domain "${INGRESS_DOMAIN}" > "${WORK}/config-domain.yaml"
 if [[ -n "${MIRROR}" ]]; then
   log "Knative Serving ${KNATIVE_SERVING_VERSION}: CRDs only (mirror mode: serving-core and Kourier are not mirrored; they need container images)"
   render knative "${MIRROR}/knative-serving-crds-${KNATIVE_SERVING_VERSION}.yaml"
@@ -168,22 +214,14 @@ else
   render kourier "${KOURIER_URL}"
   install kourier
 fi
-if [[ -z "${MIRROR}" && -z "${RENDER_ONLY}" ]]; then
-  # These ConfigMaps are validated by Knative's webhook (failurePolicy Fail): patched only
-  # now that its Deployment is Available, retried until the webhook answers.
-  retry k patch configmap/config-network -n knative-serving --type merge \
-    -p '{"data":{"ingress-class":"kourier.ingress.networking.knative.dev"}}'
-  # Pod-spec features the InferenceService / message-dumper use (PVC volumes, node placement,
-  # security contexts).
-  retry k patch configmap/config-features -n knative-serving --type merge -p '{"data":{
-    "kubernetes.podspec-persistent-volume-claim":"enabled",
-    "kubernetes.podspec-nodeselector":"enabled",
-    "kubernetes.podspec-tolerations":"enabled",
-    "kubernetes.podspec-securitycontext":"enabled"}}'
-fi
+# Knative's settings (base/platform/knative-config) and its domain, in both modes. Knative's
+# webhook validates these ConfigMaps (failurePolicy Fail): applied once its Deployment is
+# Available, retried until it answers; a field manager of their own keeps upstream's keys.
+log "Knative settings: Kourier ingress, pod-spec features, domain ${INGRESS_DOMAIN} (KServe's ingressDomain)"
+render knative-config "${REPO_ROOT}/base/platform/knative-config" "${WORK}/config-domain.yaml"
+FIELD_MANAGER=fashion-mnist-platform install knative-config
 
 log "KServe ${KSERVE_VERSION}"
-render kserve "${REPO_ROOT}/base/platform/kserve"
 install kserve
 # The ClusterServingRuntimes go through KServe's validating webhooks (served by the controller
 # just waited for): custom resources only, so step (3) retries them until the webhook answers.

@@ -37,6 +37,7 @@ from e2e_kube import REPO_ROOT, versions_env
 PARTS = [
     "cert-manager",
     "knative",
+    "knative-config",
     "kserve",
     "kserve-runtimes",
     "training-operator",
@@ -83,6 +84,30 @@ def test_every_object_is_accepted_by_the_api_server(platform, rendered, kubectl)
         items = got.get("items", [got])
         want = sorted((o["kind"], o["metadata"]["name"]) for o in objs)
         assert sorted((o["kind"], o["metadata"]["name"]) for o in items) == want, part
+
+
+def test_applied_knative_domain_is_kserve_ingress_domain(platform, kubectl):
+    """Knative's config-domain, as the script applied it, serves routes under KServe's
+    ingressDomain (else Knative >= 1.8 keeps every route cluster-local: Kourier answers 404),
+    next to Kourier as the ingress class and the pod-spec features, which the script applies in
+    mirror mode as online."""
+    kserve = kubectl.json("get", "configmap", "inferenceservice-config", "-n", "kserve")
+    domain = json.loads(kserve["data"]["ingress"])["ingressDomain"]
+
+    def data(name):
+        cm = kubectl.json("get", "configmap", name, "-n", "knative-serving")
+        return {k: v for k, v in cm["data"].items() if not k.startswith("_")}  # _example
+
+    assert data("config-domain") == {domain: ""}
+    assert data("config-network")["ingress-class"] == "kourier.ingress.networking.knative.dev"
+    assert data("config-features")["kubernetes.podspec-persistent-volume-claim"] == "enabled"
+    managers = {
+        m["manager"]
+        for m in kubectl.json("get", "configmap", "config-domain", "-n", "knative-serving")[
+            "metadata"
+        ]["managedFields"]
+    }
+    assert "fashion-mnist-platform" in managers, managers
 
 
 def test_crds_established_before_their_custom_resources(platform, rendered, kubectl):
