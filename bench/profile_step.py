@@ -32,7 +32,7 @@ from fmnist_common import MODEL_TYPES
 from fmnist_common.cli import ConfigError, positive_int, run_cli
 from fmnist_pipeline.run import budget_of, train_args
 from training.launcher import LaunchError, launch
-from training.train import PRECISIONS
+from training.precision import PRECISION_CHOICES
 
 RESULTS = Path(__file__).resolve().parent / "results"
 STEPS_PER_EPOCH = 30
@@ -47,7 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--batch-size-per-replica", type=positive_int, default=full["batch_size_per_replica"]
     )
-    p.add_argument("--precision", choices=PRECISIONS, default=full["precision"])
+    p.add_argument("--precision", choices=PRECISION_CHOICES, default=full["precision"])
     p.add_argument("--data-dir", default=None, help="tfds data dir (default: $TFDS_DATA_DIR)")
     p.add_argument("--keep", default=None, help="copy the TensorBoard directory here")
     return p

@@ -37,6 +37,7 @@ from fmnist_common.cli import ConfigError, number, positive_int
 from training.data import DatasetError
 from training.leftovers import make_owned_dir, release_dir, remove_stale_dirs
 from training.models import MODEL_TYPES
+from training.precision import PRECISION_CHOICES, resolve_precision
 from training.tf_config import TaskInfo, TFConfigError, is_chief, parse_tf_config
 
 log = logging.getLogger("training.train")
@@ -44,7 +45,6 @@ HISTORY_FILE = "training_history.json"
 SCRATCH_PREFIX = "workertemp_"
 LR_SCHEDULES = ("constant", "cosine", "exponential")
 AUGMENTATIONS = ("none", "shift", "shift-flip", "shift-flip-erase")
-PRECISIONS = ("float32", "mixed_bfloat16")  # tf-keras mixed-precision policy names
 SHIFT_PIXELS = 2  # random shifts of up to 2 px (7 % of the side) in each direction
 ERASE_PIXELS = 10  # side of the square that random erasing blanks, half of the time
 
@@ -145,10 +145,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--precision",
-        choices=PRECISIONS,
-        default="float32",
+        choices=PRECISION_CHOICES,
+        default="auto",
         help="compute precision while training (mixed_bfloat16: bfloat16 compute, float32 "
-        "weights; fast on CPUs with AVX512_BF16/AMX and on Ampere+ GPUs); the export is float32",
+        "weights, fast only on CPUs with AVX512_BF16/AMX and on Ampere+ GPUs; auto: "
+        "mixed_bfloat16 where the device computes bfloat16 natively, else float32, see "
+        "training.precision); the export is float32",
     )
     p.add_argument(
         "--profile-batches",
@@ -296,19 +298,58 @@ def train_input(images, labels, args: argparse.Namespace, global_batch: int, ste
         if args.augment != "none":  # one seed per batch, one draw per image
             kind, seeds = args.augment, tf.data.Dataset.random(seed=seed).batch(2)
             ds = tf.data.Dataset.zip((ds, seeds)).map(lambda xy, s: augment(*xy, kind, s))
-        options = tf.data.Options()
-        options.deterministic = False
-        return ds.map(_one_hot).with_options(options).prefetch(tf.data.AUTOTUNE)
+        return ds.map(_one_hot).with_options(_input_options()).prefetch(tf.data.AUTOTUNE)
 
     return keras.utils.experimental.DatasetCreator(dataset_fn)
 
 
-def validation_input(images, labels, global_batch: int):
-    """The validation input: ``(float32 [B,28,28,1] 0..255, float32 one-hot [B,10])`` global
-    batches, ``AutoShardPolicy.DATA`` (each replica evaluates its slice of each batch)."""
+def no_autotune_on_device_iterators() -> None:
+    """Turn off tf.data's autotuning loop in the per-device iterators of
+    ``MultiDeviceIterator``, the iterator ``MultiWorkerMirroredStrategy`` always puts over each
+    worker's input (its ``PER_REPLICA`` mode, which would not, is refused).
+
+    Those iterators wrap each device's share in a new dataset with default options, so the
+    input's own ``autotune.enabled = False`` does not reach them; each starts the autotuning
+    thread, and deleting the iterator at the end of ``fit()`` waited for that thread's next
+    wake-up (a period doubling up to 60 s): up to a minute per training, on one worker or both
+    (docs/training.md, ``bench/fit_teardown.py``). The per-device dataset is a generator plus a
+    one-element prefetch, nothing to tune. TensorFlow 2.21's
+    ``multi_device_iterator_ops._create_device_dataset`` is wrapped (pinned in pyproject.toml;
+    a test fails if the function is gone). Idempotent.
+    """
+    from tensorflow.python.data.ops import multi_device_iterator_ops as mdi
+
+    create = mdi._create_device_dataset
+    if getattr(create, "__wrapped_once__", False):
+        return
+
+    @functools.wraps(create)
+    def create_without_autotune(*args, **kwargs):
+        return create(*args, **kwargs).with_options(_input_options())
+
+    create_without_autotune.__wrapped_once__ = True
+    mdi._create_device_dataset = create_without_autotune
+
+
+def _input_options():
+    """``tf.data`` options of both inputs: no autotuning loop (the pipelines have no parallel
+    map to tune; ``prefetch(AUTOTUNE)`` still sizes its buffer by itself), so no background
+    thread outlives an epoch; element order may vary (the input is shuffled anyway)."""
     import tensorflow as tf
 
     options = tf.data.Options()
+    options.deterministic = False
+    options.autotune.enabled = False
+    return options
+
+
+def validation_input(images, labels, global_batch: int):
+    """The validation input: ``(float32 [B,28,28,1] 0..255, float32 one-hot [B,10])`` global
+    batches, ``AutoShardPolicy.DATA`` (each replica evaluates its slice of each batch), with
+    the training input's :func:`_input_options`."""
+    import tensorflow as tf
+
+    options = _input_options()
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
     ds = tf.data.Dataset.from_tensor_slices((images, labels)).batch(global_batch)
     return ds.map(_one_hot).with_options(options).prefetch(tf.data.AUTOTUNE)
@@ -349,6 +390,7 @@ class ThroughputLogger:
                 log.info("training starts")
 
             def on_train_end(self, logs=None):
+                self.ended_at = time.perf_counter()  # fit() returns after its input's teardown
                 log.info("training ends")
 
             def on_epoch_begin(self, epoch, logs=None):
@@ -487,7 +529,10 @@ def train(args: argparse.Namespace, task: TaskInfo, model_builder=None) -> dict:
         raise ConfigError(
             "--profile-batches needs --tensorboard-dir (the profile is written there)"
         )
+    no_autotune_on_device_iterators()
     strategy = make_strategy(task, args)
+    precision, why = resolve_precision(args.precision)
+    log.info("precision %s (%s)", precision, why)
     replicas = strategy.num_replicas_in_sync
     chief = is_chief(task)
     log.info("task %s:%d chief=%s replicas=%d", task.task_type, task.task_index, chief, replicas)
@@ -515,7 +560,7 @@ def train(args: argparse.Namespace, task: TaskInfo, model_builder=None) -> dict:
     ckpt = checkpoint_dir(args)
     build = model_builder or build_model
     mirror_average = "flip" in args.augment  # mirrored at random while training: serve both
-    keras.mixed_precision.set_global_policy(args.precision)
+    keras.mixed_precision.set_global_policy(precision)
     with strategy.scope():
         model = build(args.model_type, seed=args.seed)
         model.compile(
@@ -525,6 +570,7 @@ def train(args: argparse.Namespace, task: TaskInfo, model_builder=None) -> dict:
             ),
             metrics=["accuracy"],
         )
+    throughput = ThroughputLogger.make(global_batch, steps)
     callbacks = [
         # Fault tolerance: a restarted replica resumes from the last finished epoch.
         # Deleted after a successful fit, so rerunning a finished run id trains again.
@@ -533,7 +579,7 @@ def train(args: argparse.Namespace, task: TaskInfo, model_builder=None) -> dict:
             filepath=str(ckpt / "epoch-{epoch:03d}" / "weights"),
             save_weights_only=True,
         ),
-        ThroughputLogger.make(global_batch, steps),
+        throughput,
     ]
     if dirs["tensorboard"] is not None:
         profile = args.profile_batches if chief and args.profile_batches[0] else 0
@@ -551,7 +597,12 @@ def train(args: argparse.Namespace, task: TaskInfo, model_builder=None) -> dict:
             callbacks=callbacks,
             verbose=2,
         )
-        train_seconds = time.perf_counter() - t0
+        returned = time.perf_counter()
+        train_seconds = returned - t0
+        # fit() deletes its input iterators after the last callback (on_train_end); a slow
+        # teardown there once cost up to 60 s per run (docs/training.md, bench/fit_teardown.py)
+        teardown = returned - throughput.ended_at
+        log.info("fit() returned %.2f s after training ended", teardown)
         exported, saved = float32_copy(model, build, args, strategy), None
         # saving a distributed model takes every replica (collectives); a local float32 copy
         # only the chief, so the others skip a throwaway export
@@ -571,10 +622,11 @@ def train(args: argparse.Namespace, task: TaskInfo, model_builder=None) -> dict:
         "global_batch_size": global_batch,
         "steps_per_epoch": steps,
         "epochs": args.epochs,
-        "precision": args.precision,
+        "precision": precision,
         "mirror_average": mirror_average,
         "train_examples": int(len(x_train)),
         "train_seconds": train_seconds,
+        "fit_teardown_seconds": teardown,
         "history": {k: [float(v) for v in vals] for k, vals in hist.history.items()},
     }
     if chief:

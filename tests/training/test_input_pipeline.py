@@ -13,6 +13,7 @@ from training.train import (
     ERASE_PIXELS,
     SHIFT_PIXELS,
     augment,
+    no_autotune_on_device_iterators,
     train_input,
     validation_input,
 )
@@ -157,3 +158,21 @@ def test_augmentation_draws_per_image_and_repeats_for_the_same_seed():
     images = tf.fill((50, 28, 28, 1), tf.constant(255, tf.uint8))
     reseeded = augment(images, tf.zeros(50, tf.int64), "shift-flip-erase", _seed(2))[0]
     assert not np.array_equal(reseeded.numpy()[..., 0], first)
+
+
+def test_device_iterators_of_the_strategy_run_no_autotuning_loop():
+    """MultiWorkerMirroredStrategy's MultiDeviceIterator wraps each device's share in a new
+    dataset with default options (autotuning on): its deletion at the end of fit() waited up
+    to 60 s for that loop. After the trainer's fix the per-device datasets have it off, and
+    they still yield the input's elements. Fails if TensorFlow renames the wrapped function."""
+    from tensorflow.python.data.ops import multi_device_iterator_ops as mdi
+
+    source = tf.data.Dataset.range(6)
+    before = mdi.OwnedMultiDeviceIterator(source, ["/cpu:0"])
+    assert before._device_iterators[0]._dataset.options().autotune.enabled is not False
+    no_autotune_on_device_iterators()
+    no_autotune_on_device_iterators()  # idempotent: wrapped once
+    assert mdi._create_device_dataset.__wrapped_once__ is True
+    it = mdi.OwnedMultiDeviceIterator(source, ["/cpu:0"])
+    assert it._device_iterators[0]._dataset.options().autotune.enabled is False
+    assert [int(it.get_next()[0]) for _ in range(6)] == list(range(6))
