@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Create (or reuse) the local k3d cluster: one server node (local-path RWO volumes are then
-# shared by every pod), pinned k3s image from versions.env, a registry-free image import flow.
+# shared by every pod), pinned k3s image from versions.env, checked against the pinned k3d
+# version. No registry: scripts/build-image.sh imports the pipeline image into this cluster.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 if wants_help "${1:-}"; then
@@ -12,6 +13,10 @@ USAGE
   exit 0
 fi
 need k3d
+# `k3d version` prints "k3d version <version>" on its first line
+installed="$(k3d version | sed -n '1s/^k3d version //p')" || die "could not run 'k3d version'"
+[[ "${installed}" == "${K3D_VERSION}" ]] \
+  || die "k3d ${installed:-(unknown version)} is installed, versions.env pins K3D_VERSION=${K3D_VERSION}"
 if k3d cluster list -o json | grep -q "\"name\":\"${CLUSTER_NAME}\""; then
   log "cluster ${CLUSTER_NAME} exists; starting it"
   k3d cluster start "${CLUSTER_NAME}"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Shared helpers: repo root, versions.env, usage, and the pipeline helpers used by
-# submit-pipeline.sh, train.sh and build-image.sh. Sourced by every script.
+# submit-pipeline.sh, train.sh and build-image.sh. Sourced by every script in scripts/ except
+# e2e-cluster.sh, which has its own log/die and gets its tools from scripts/tools.sh.
 set -euo pipefail
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # shellcheck source=../versions.env

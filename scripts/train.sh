@@ -8,7 +8,11 @@ usage() {
 usage: scripts/train.sh [model-type] [-p name=value ...]
 Submits a Workflow from workflowtemplate/${PIPELINE} (namespace ${NAMESPACE}) with entrypoint
 'train' for one model type (cnn | dropout | batch_norm), or 'train-all' for all three in
-parallel, and waits: exit 0 when every TFJob succeeded, 1 as soon as one failed.
+parallel, and waits, polling the Workflow's phase every POLL seconds: exit 0 when it Succeeded
+(every TFJob succeeded), 1 when it is Failed or Error (with Argo's message) or still running
+after TIMEOUT seconds. 'train-all' does not stop at the first failed TFJob: its DAG lets the
+other variants run to their end (failFast: false), so the Workflow fails, and the script exits
+1, only after all three have ended.
 -p overrides pipeline parameters by name (e.g. -p epochs=2 -p workers=1).
 SavedModels land under /mnt/shared/candidates/<model-type> on the PVC (run id = Workflow name).
 Needs the ML layer deployed (scripts/deploy.sh <env> or Argo CD) and the dataset ingested
