@@ -31,7 +31,6 @@ import argparse
 import json
 import logging
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -39,11 +38,14 @@ import tempfile
 import time
 from pathlib import Path
 
+from fit_teardown import LogTee, teardowns  # bench/, the script's own folder (sys.path[0])
+
 from fmnist_common import MODEL_TYPES
 from fmnist_common.cli import options_argv, positive_int, run_cli
 from fmnist_pipeline.run import BUDGET_NAMES, budget_of, train_args
 from training.data import SPLIT_SIZES
 from training.launcher import LaunchError, launch, threads_per_replica
+from training.precision import cpu_description
 from training.select import evaluate_candidate
 
 log = logging.getLogger("bench")
@@ -95,7 +97,8 @@ def bench_one(model_type, budget, seed, data_dir, encoded, labels, reference=Fal
                 )
             }
             module = "reference_train"
-        wall = launch(args, num_workers=2, name=model_type, env=env, module=module)
+        tee = LogTee()
+        wall = launch(args, num_workers=2, name=model_type, env=env, module=module, out=tee)
         saved = work / "candidates" / model_type
         hist = history_of(saved)
         metrics = evaluate_candidate(saved, encoded, labels, batch_size=500)
@@ -103,10 +106,13 @@ def bench_one(model_type, budget, seed, data_dir, encoded, labels, reference=Fal
         "model_type": "reference" if reference else model_type,
         "seed": seed,
         "epochs": hist["epochs"],
+        "precision": hist["precision"],  # as the trainer resolved it (--precision auto)
         "global_batch_size": hist["global_batch_size"],
         "wall_seconds": round(wall, 1),
         "fit_seconds": round(hist["train_seconds"], 1),
         "images_per_second": round(steady_ips(hist)),
+        # fit()'s return after its last epoch, the slower replica (bench/fit_teardown.py)
+        "teardown_seconds": round(max(teardowns(tee.lines).values()), 2),
         "test_accuracy": round(metrics["accuracy"], 4),
         "test_loss": round(metrics["loss"], 4),
     }
@@ -220,14 +226,15 @@ def to_markdown(result: dict) -> str:
         )
     lines += [
         "",
-        "| model | seed | epochs | global batch | wall s | fit s | images/s | accuracy |",
-        "|---|---|---|---|---|---|---|---|",
+        "| model | seed | precision | epochs | global batch | wall s | fit s | teardown s | "
+        "images/s | accuracy |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in ([ref] if ref else []) + result["rows"]:
         lines.append(
-            f"| {r['model_type']} | {r['seed']} | {r['epochs']} | {r['global_batch_size']} | "
-            f"{r['wall_seconds']} | {r['fit_seconds']} | {r['images_per_second']} | "
-            f"{r['test_accuracy']:.4f} |"
+            f"| {r['model_type']} | {r['seed']} | {r['precision']} | {r['epochs']} | "
+            f"{r['global_batch_size']} | {r['wall_seconds']} | {r['fit_seconds']} | "
+            f"{r['teardown_seconds']} | {r['images_per_second']} | {r['test_accuracy']:.4f} |"
         )
     if result.get("scaling"):
         lines += [
@@ -241,8 +248,14 @@ def to_markdown(result: dict) -> str:
                 f"{s['two_workers_images_per_second']} | {s['limit_images_per_second']} | "
                 f"{s['efficiency']:.0%} |"
             )
-    meta = result["meta"]
-    lines += ["", f"{meta['cpu']}, {meta['cores']} cores, {meta['date']}, budget {meta['budget']}"]
+    meta, cpu = result["meta"], result["meta"]["cpu"]
+    lines += [
+        "",
+        f"CPU: {cpu['model']}, {cpu['cores']} cores, flags {' '.join(cpu['flags'])} "
+        f"(native bfloat16: {'yes' if cpu['native_bfloat16'] else 'no'}); precision "
+        f"{', '.join(sorted({r['precision'] for r in result['rows']})) or '-'}; "
+        f"{meta['date']}, budget {meta['budget']}",
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -278,8 +291,7 @@ def write(result: dict, args: argparse.Namespace) -> None:
     the rows measured before it."""
     result["summary"] = summarize(result["rows"], result["reference"])
     result["meta"] = {
-        "cpu": platform.processor() or platform.machine(),
-        "cores": os.cpu_count(),
+        "cpu": cpu_description(),  # model name, cores, the vector flags TF dispatches on
         "date": time.strftime("%Y-%m-%d"),
         "budget": args.budget,
         "load_average_1m": round(os.getloadavg()[0], 2),

@@ -21,10 +21,12 @@ def _row(model_type: str, seed: int, acc: float, wall: float) -> dict:
         "model_type": model_type,
         "seed": seed,
         "epochs": 18,
+        "precision": "float32",
         "global_batch_size": 512,
         "wall_seconds": wall,
         "fit_seconds": wall - 10,
         "images_per_second": 5000,
+        "teardown_seconds": 0.05,
         "test_accuracy": acc,
         "test_loss": 0.3,
     }
@@ -59,9 +61,21 @@ def test_markdown_has_every_section_and_row():
         "rows": rows,
         "summary": train_bench.summarize(rows, reference),
         "scaling": scaling,
-        "meta": {"cpu": "x86_64", "cores": 2, "date": "2026-11-30", "budget": "full"},
+        "meta": {
+            "cpu": {
+                "model": "AMD EPYC 9B14",
+                "cores": 2,
+                "flags": ["avx2", "avx512_bf16"],
+                "native_bfloat16": True,
+            },
+            "date": "2026-12-01",
+            "budget": "full",
+        },
     }
     md = train_bench.to_markdown(result)
+    assert "CPU: AMD EPYC 9B14, 2 cores, flags avx2 avx512_bf16 (native bfloat16: yes)" in md
+    assert "precision float32;" in md
+    assert "| batch_norm | 1 | float32 | 18 | 512 | 300 | 290 | 0.05 | 5000 | 0.9310 |" in md
     assert "| batch_norm | 3 | 0.9320 (0.9310-0.9330) | 300 | 2.00 |" in md
     assert "| reference (2026-11-29 batch_norm) | 1 | 0.9286 | 150.0 | 1.00 |" in md
     assert md.count("| batch_norm | ") == 3 + 1 + 1  # runs, summary, scaling
