@@ -44,7 +44,7 @@ help: ## list targets and variables
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON_BOOTSTRAP) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip==25.3
-	$(PY) -m pip install --quiet -e '.[dev,loadtest]'
+	$(PY) -m pip install --quiet -e '.[dev,loadtest,torch]'
 	rm -f $(VENV)/.installed-*
 	touch $@
 

@@ -1,15 +1,21 @@
-"""Run one training job as N local worker processes: the TFJob, on one machine.
+"""Run one training job as N local processes: the TFJob or the PyTorchJob, on one machine.
 
-Picks free loopback ports, gives every process the ``TF_CONFIG`` the Kubeflow training
-operator would inject (``worker`` replicas, optionally one ``chief``), streams each process's
-output prefixed with its replica name, and fails fast: as soon as one replica exits non-zero the
-others are terminated and :class:`LaunchError` says which replica failed and how.
+Picks free loopback ports, gives every process the environment the Kubeflow training operator
+would inject, streams each process's output prefixed with its replica name, and fails fast: as
+soon as one replica exits non-zero the others are terminated and :class:`LaunchError` says
+which replica failed and how.
+
+* ``--job tfjob`` (default): ``TF_CONFIG`` with ``worker`` replicas (optionally one ``chief``),
+  running ``python -m training.train``;
+* ``--job pytorchjob``: one ``master`` (rank 0) and ``N - 1`` ``worker`` replicas with
+  ``MASTER_ADDR``/``MASTER_PORT``/``WORLD_SIZE``/``RANK`` (:mod:`training.pytorchjob`),
+  running ``python -m training.torch_train``.
 
     python -m training.launcher --num-workers 2 --name cnn -- \
         --model-type cnn --epochs 2 --saved-model-dir work/candidates/cnn --checkpoint-dir work/ckpt
 
-Everything after ``--`` is passed unchanged to ``python -m training.train``, the same arguments
-the TFJob manifests pass.
+Everything after ``--`` is passed unchanged to the trainer, the same arguments the job
+manifests pass.
 """
 
 from __future__ import annotations
@@ -25,9 +31,11 @@ import time
 
 from fmnist_common import free_ports
 from fmnist_common.cli import ConfigError, run_cli
+from training.pytorchjob import make_dist_env
 from training.tf_config import make_tf_config
 
 TAIL_LINES = 20
+JOBS = {"tfjob": "training.train", "pytorchjob": "training.torch_train"}  # job -> trainer
 
 
 class LaunchError(RuntimeError):
@@ -62,6 +70,39 @@ def _replicas(cluster: dict[str, list[str]]) -> list[tuple[str, int]]:
     return [(t, i) for t in ("chief", "worker") for i in range(len(cluster.get(t, [])))]
 
 
+def replica_envs(job: str, num_workers: int, with_chief: bool = False) -> list[tuple[str, dict]]:
+    """``(replica name, environment)`` of every replica of a local job, on fresh loopback ports.
+
+    Args:
+        job: ``tfjob`` (``TF_CONFIG``) or ``pytorchjob`` (``MASTER_ADDR``... for a ``master``
+            and ``num_workers - 1`` workers, ranks as training-operator v1.9.4 gives them).
+        num_workers: all training replicas (the chief or master included).
+        with_chief: TFJob only: a ``chief`` + workers cluster.
+
+    Raises:
+        ValueError: an impossible job (no replica, a chief with 1 replica or for a PyTorchJob,
+            an unknown job kind).
+    """
+    if job == "tfjob":
+        cluster = cluster_spec(num_workers, with_chief)
+        return [
+            (f"{t}-{i}", {"TF_CONFIG": make_tf_config(cluster, t, i)})
+            for t, i in _replicas(cluster)
+        ]
+    if job != "pytorchjob":
+        raise ValueError(f"unknown job {job!r} (one of {sorted(JOBS)})")
+    if with_chief:
+        raise ValueError("a PyTorchJob has a master, not a chief")
+    if num_workers < 1:
+        raise ValueError("num_workers must be >= 1")
+    (port,) = free_ports(1)
+    names = ["master-0"] + [f"worker-{i}" for i in range(num_workers - 1)]
+    return [
+        (name, make_dist_env("127.0.0.1", port, num_workers, rank))
+        for rank, name in enumerate(names)
+    ]
+
+
 def _raise_on_sigterm(signum, frame):
     raise SystemExit(128 + signum)
 
@@ -81,7 +122,8 @@ def launch(
     timeout: float | None = None,
     env: dict[str, str] | None = None,
     out=None,
-    module: str = "training.train",
+    module: str | None = None,
+    job: str = "tfjob",
 ) -> float:
     """Start the replicas, stream their logs, wait for all of them.
 
@@ -93,7 +135,8 @@ def launch(
         timeout: seconds before the whole job is killed (``None``: no limit).
         env: extra environment for every replica.
         out: text stream for the prefixed logs (default ``sys.stdout``).
-        module: the Python module each replica runs.
+        module: the Python module each replica runs (default: the job's trainer, :data:`JOBS`).
+        job: ``tfjob`` or ``pytorchjob`` (see :func:`replica_envs`).
 
     Returns:
         Wall time in seconds.
@@ -102,7 +145,8 @@ def launch(
         LaunchError: a replica exited non-zero (the others are terminated) or the timeout hit.
     """
     out = out or sys.stdout
-    cluster = cluster_spec(num_workers, with_chief)
+    replicas = replica_envs(job, num_workers, with_chief)
+    module = module or JOBS[job]
     threads_each = str(threads_per_replica(num_workers))
     procs: list[tuple[str, subprocess.Popen, collections.deque]] = []
     t0 = time.perf_counter()
@@ -112,10 +156,10 @@ def launch(
     if threading.current_thread() is threading.main_thread():
         previous = signal.signal(signal.SIGTERM, _raise_on_sigterm)
     try:
-        for task_type, index in _replicas(cluster):
+        for replica, job_env in replicas:
             penv = dict(os.environ)
             penv.update(env or {})
-            penv["TF_CONFIG"] = make_tf_config(cluster, task_type, index)
+            penv.update(job_env)
             penv.setdefault("TF_NUM_INTRAOP_THREADS", threads_each)
             penv.setdefault("TF_NUM_INTEROP_THREADS", "2")
             penv.setdefault("PYTHONUNBUFFERED", "1")
@@ -128,7 +172,6 @@ def launch(
                 bufsize=1,
             )
             tail: collections.deque = collections.deque(maxlen=TAIL_LINES)
-            replica = f"{task_type}-{index}"
             threading.Thread(
                 target=_pump, args=(proc, f"[{name}/{replica}]", tail, out), daemon=True
             ).start()
@@ -166,10 +209,15 @@ def build_parser() -> argparse.ArgumentParser:
     """The launcher CLI: launcher options, then ``--`` and the training arguments."""
     p = argparse.ArgumentParser(
         prog="python -m training.launcher",
-        description="Run `python -m training.train` as N local replicas with TF_CONFIG.",
+        description="Run a TFJob (`python -m training.train`, TF_CONFIG) or a PyTorchJob "
+        "(`python -m training.torch_train`, MASTER_ADDR/MASTER_PORT/WORLD_SIZE/RANK) as N "
+        "local replicas.",
     )
-    p.add_argument("--num-workers", type=int, default=2)
-    p.add_argument("--chief", action="store_true", help="use a chief + workers cluster")
+    p.add_argument("--job", choices=sorted(JOBS), default="tfjob")
+    p.add_argument(
+        "--num-workers", type=int, default=2, help="replicas, the chief or master included"
+    )
+    p.add_argument("--chief", action="store_true", help="TFJob: a chief + workers cluster")
     p.add_argument("--name", default="train", help="log prefix")
     p.add_argument("--timeout", type=float, default=None, help="seconds")
     p.add_argument("train_args", nargs=argparse.REMAINDER, help="-- then training arguments")
@@ -180,15 +228,18 @@ def main(args: argparse.Namespace) -> int:
     """Launch the replicas and wait; returns 0 when all finished.
 
     Raises:
-        ConfigError: an impossible cluster (``--num-workers`` < 1, ``--chief`` with 1).
+        ConfigError: an impossible cluster (``--num-workers`` < 1, ``--chief`` with 1 or
+            with ``--job pytorchjob``).
         LaunchError: a replica failed or the job timed out.
     """
     train_args = args.train_args[1:] if args.train_args[:1] == ["--"] else args.train_args
     try:
-        cluster_spec(args.num_workers, args.chief)  # validate before starting anything
+        replica_envs(args.job, args.num_workers, args.chief)  # validate before starting anything
     except ValueError as exc:
         raise ConfigError(str(exc)) from exc
-    seconds = launch(train_args, args.num_workers, args.chief, args.name, args.timeout)
+    seconds = launch(
+        train_args, args.num_workers, args.chief, args.name, args.timeout, job=args.job
+    )
     print(f"launcher: all replicas finished in {seconds:.1f} s")
     return 0
 

@@ -1,4 +1,5 @@
-"""The local launcher: TF_CONFIG per replica, prefixed logs, fail-fast."""
+"""The local launcher: TF_CONFIG (TFJob) or MASTER_ADDR/.../RANK (PyTorchJob) per replica,
+prefixed logs, fail-fast."""
 
 import io
 import os
@@ -10,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from training.launcher import LaunchError, cluster_spec, launch
+from training.launcher import LaunchError, cluster_spec, launch, replica_envs
+from training.pytorchjob import DistEnvError, parse_dist_env
 
 HERE = Path(__file__).parent
 
@@ -50,6 +52,44 @@ def test_fails_fast_and_names_the_failed_replica():
     msg = str(err.value)
     assert "replica worker-1 exited with code 3" in msg
     assert "simulated crash in worker 1" in msg
+
+
+def test_pytorchjob_replicas_get_the_operators_environment():
+    """training-operator v1.9.4: the Master is rank 0, Worker i is rank i + 1, WORLD_SIZE counts
+    every replica, all point at the Master's one port."""
+    envs = replica_envs("pytorchjob", 3)
+    assert [name for name, _ in envs] == ["master-0", "worker-0", "worker-1"]
+    parsed = [parse_dist_env(env) for _, env in envs]
+    assert [(e.rank, e.world_size) for e in parsed] == [(0, 3), (1, 3), (2, 3)]
+    assert {(e.master_addr, e.master_port) for e in parsed} == {
+        ("127.0.0.1", parsed[0].master_port)
+    }
+    for bad in [{"num_workers": 0}, {"num_workers": 2, "with_chief": True}]:
+        with pytest.raises(ValueError):
+            replica_envs("pytorchjob", **bad)
+    with pytest.raises(ValueError, match="unknown job"):
+        replica_envs("mpijob", 2)
+
+
+def test_pytorchjob_fails_fast_and_names_the_failed_rank():
+    out = io.StringIO()
+    env = {"PYTHONPATH": str(HERE)}
+    _ = launch(
+        ["--x"], num_workers=2, job="pytorchjob", module="fake_torch_replica", env=env, out=out
+    )
+    assert "[train/master-0] rank 0 of 2 up, master 127.0.0.1:" in out.getvalue()
+    assert "[train/worker-0] rank 1 of 2 up" in out.getvalue()
+    t0 = time.perf_counter()
+    with pytest.raises(LaunchError, match="replica worker-1 exited with code 3"):
+        launch(["--fail"], 3, job="pytorchjob", module="fake_torch_replica", env=env, out=out)
+    assert time.perf_counter() - t0 < 60, "the other replicas (sleeping 300 s) were not stopped"
+
+
+def test_a_missing_pytorchjob_environment_names_the_worker_only_case():
+    with pytest.raises(DistEnvError, match="Worker-only job gets none") as err:
+        parse_dist_env({})
+    assert str(err.value).startswith("MASTER_ADDR, MASTER_PORT, WORLD_SIZE, RANK are not set")
+    assert "\n" not in str(err.value)
 
 
 def test_launcher_cli_exit_code(capsys):

@@ -1,0 +1,160 @@
+"""Export a trained :mod:`training.torch_model` network as the project's usual candidate.
+
+The candidate directory a PyTorch run publishes at ``--saved-model-dir`` holds:
+
+* the SavedModel with the ``serving_default`` signature of :mod:`training.export`
+  (``image_bytes`` tf.string ``[None]``, encoded JPEG/PNG -> ``probabilities`` tf.float32
+  ``[None, 10]``): the torch weights ported into ``training.models.build_model("batch_norm")``
+  (:func:`to_keras`), so selection scores it and KServe / TF Serving serve it like any other
+  candidate;
+* ``torchscript/model.pt``: the same network as TorchScript (:data:`TORCHSCRIPT_PATH`), for a
+  PyTorch runtime: input float32 ``[N, 1, 28, 28]`` (NCHW) with pixel values 0..255 (the
+  preprocessing stem is inside), output logits float32 ``[N, 10]`` (no softmax, no mirror
+  averaging: a server applies those itself);
+* ``training_history.json``, written afterwards by the trainer.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import shutil
+import uuid
+import warnings
+from pathlib import Path
+
+import numpy as np
+import torch
+
+import training  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
+from fmnist_common import IMAGE_SIZE
+from training.leftovers import make_owned_dir, release_dir, remove_stale_dirs
+from training.torch_model import SAME_PAD, BatchNormNet
+
+TORCHSCRIPT_PATH = Path("torchscript") / "model.pt"
+_BN_LAYERS = ("conv1_bn", "conv2_bn", "dense_bn")
+
+
+def _numpy(t: torch.Tensor) -> np.ndarray:
+    return t.detach().to("cpu", torch.float32).numpy()
+
+
+def to_keras(torch_model: BatchNormNet):
+    """The tf-keras ``build_model("batch_norm")`` holding ``torch_model``'s weights.
+
+    Layouts ported (torch -> Keras):
+
+    * convolutions: kernel ``[out, in, kh, kw]`` (OIHW) -> ``[kh, kw, in, out]`` (HWIO);
+    * dense layers: ``[out, in]`` -> ``[in, out]``; the first dense layer's input rows are
+      also reordered from torch's flatten order ``(C, H, W)`` of the NCHW feature map to
+      Keras's ``(H, W, C)`` of the NHWC one;
+    * batch norm: ``weight, bias, running_mean, running_var`` -> ``gamma, beta,
+      moving_mean, moving_variance`` (float32 ``[channels]``).
+
+    Args:
+        torch_model: a :class:`training.torch_model.BatchNormNet` (the unwrapped module, not
+            its ``DistributedDataParallel`` wrapper), on any device.
+
+    Returns:
+        A float32 ``tf_keras.Sequential`` mapping float32 ``[N, 28, 28, 1]`` (NHWC, 0..255) to
+        the same logits float32 ``[N, 10]`` as ``torch_model.eval()`` on the NCHW image.
+
+    Raises:
+        ValueError: ``torch_model`` would not compute what Keras does (a batch-norm epsilon
+            other than the Keras layer's, a padding other than Keras' "same").
+    """
+    import tf_keras as keras
+
+    from training.models import build_model
+
+    policy = keras.mixed_precision.global_policy().name
+    keras.mixed_precision.set_global_policy("float32")  # the export computes in float32
+    try:
+        model = build_model("batch_norm")
+    finally:
+        keras.mixed_precision.set_global_policy(policy)
+    if tuple(torch_model.same_pad) != SAME_PAD:
+        raise ValueError(f"padding {torch_model.same_pad} is not Keras' 'same' {SAME_PAD}")
+    for name in _BN_LAYERS:
+        keras_eps, torch_eps = model.get_layer(name).epsilon, getattr(torch_model, name).eps
+        if not np.isclose(keras_eps, torch_eps, rtol=1e-6, atol=0):
+            raise ValueError(f"{name}: batch-norm epsilon {torch_eps} is not Keras' {keras_eps}")
+
+    m = torch_model
+    for name in ("conv1", "conv2"):
+        model.get_layer(name).set_weights([_numpy(getattr(m, name).weight).transpose(2, 3, 1, 0)])
+    channels = m.conv2.out_channels
+    side = int(round((m.dense.in_features / channels) ** 0.5))
+    dense = _numpy(m.dense.weight).reshape(-1, channels, side, side)  # [out, C, H, W]
+    dense = dense.transpose(2, 3, 1, 0).reshape(side * side * channels, -1)  # [(H, W, C), out]
+    model.get_layer("dense").set_weights([dense])
+    model.get_layer("logits").set_weights([_numpy(m.logits.weight).T, _numpy(m.logits.bias)])
+    for name in _BN_LAYERS:
+        bn = getattr(m, name)
+        stats = (bn.weight, bn.bias, bn.running_mean, bn.running_var)
+        model.get_layer(name).set_weights([_numpy(t) for t in stats])
+    return model
+
+
+def save_torchscript(torch_model: BatchNormNet, path: str | os.PathLike) -> Path:
+    """Trace a float32 CPU eval-mode copy of ``torch_model`` on float32 ``[1, 1, 28, 28]`` and
+    save it as TorchScript at ``path`` (``torch.jit.load`` reads it; the traced graph takes
+    any batch size ``N``: float32 ``[N, 1, 28, 28]`` 0..255 -> logits float32 ``[N, 10]``)."""
+    module = copy.deepcopy(torch_model).to("cpu", torch.float32).eval()
+    example = torch.zeros(1, 1, IMAGE_SIZE, IMAGE_SIZE, dtype=torch.float32)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with torch.no_grad(), warnings.catch_warnings():
+        # torch 2.15 deprecates tracing for torch.export; TorchScript is still what libtorch,
+        # TorchServe and Triton's PyTorch backend load, so the warning would only be noise
+        warnings.filterwarnings("ignore", "`torch.jit.trace", FutureWarning)
+        traced = torch.jit.trace(module, example)
+    traced.save(os.fspath(path))
+    return path
+
+
+def export_pytorch_candidate(
+    torch_model: BatchNormNet, saved_model_dir: str | os.PathLike, mirror_average: bool
+) -> Path:
+    """Publish ``torch_model`` as a candidate at ``saved_model_dir`` (see the module docstring).
+
+    Everything is written into a ``.staging-<name>-*`` directory beside ``saved_model_dir`` and
+    renamed into place (the previous candidate, if any, is moved aside first and deleted
+    after), so ``saved_model_dir`` is never half-written; a staging directory left by a killed
+    run is removed on the next export (:mod:`training.leftovers`), as
+    :func:`training.train.export_candidate` does for the TF trainer.
+
+    Args:
+        torch_model: the trained, unwrapped :class:`training.torch_model.BatchNormNet`; it is
+            not modified (the export works on eval-mode copies).
+        saved_model_dir: the candidate directory to publish.
+        mirror_average: the serving signature averages the image and its left-right mirror
+            (:func:`training.export.probabilities`); the trainer sets it for runs trained with
+            random flips. The TorchScript artifact always returns plain logits.
+
+    Returns:
+        ``saved_model_dir`` as a :class:`~pathlib.Path`.
+    """
+    from training.export import export_saved_model
+
+    saved_model_dir = Path(saved_model_dir)
+    parent = saved_model_dir.parent
+    parent.mkdir(parents=True, exist_ok=True)
+    prefix = f".staging-{saved_model_dir.name}-"
+    remove_stale_dirs(parent, f"{prefix}*")
+    eval_copy = copy.deepcopy(torch_model).to("cpu", torch.float32).eval()
+    staging = make_owned_dir(parent, prefix, private=False)
+    old = None
+    try:
+        export_saved_model(to_keras(eval_copy), staging, mirror_average=mirror_average)
+        save_torchscript(eval_copy, staging / TORCHSCRIPT_PATH)
+        release_dir(staging)  # its lock file must not end up in the candidate
+        if saved_model_dir.exists():
+            old = saved_model_dir.with_name(f".old-{saved_model_dir.name}-{uuid.uuid4().hex[:8]}")
+            saved_model_dir.rename(old)
+        staging.rename(saved_model_dir)
+    finally:
+        release_dir(staging)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+    return saved_model_dir
