@@ -1,9 +1,11 @@
-# One image for every pipeline step (ingest, TFJob replicas, select).
+# The pipeline's images, from this one Dockerfile: EXTRAS="" for every TensorFlow step (ingest,
+# TFJob replicas, select), EXTRAS=torch for the PyTorchJob replicas (tag suffix -torch).
 # Build: scripts/build-image.sh [--gpu]   (PYTHON_BASE_IMAGE default = versions.env)
 ARG PYTHON_BASE_IMAGE=python:3.11.14-slim
 FROM ${PYTHON_BASE_IMAGE}
 
-# EXTRAS=gpu installs tensorflow[and-cuda] (pyproject's `gpu` extra); empty = CPU.
+# pyproject's extras, comma-separated: gpu = tensorflow[and-cuda], torch = the PyTorch trainer;
+# empty = CPU TensorFlow only.
 ARG EXTRAS=""
 
 ENV PYTHONDONTWRITEBYTECODE=1 \

@@ -40,9 +40,9 @@ from pathlib import Path
 
 from fit_teardown import LogTee, teardowns  # bench/, the script's own folder (sys.path[0])
 
-from fmnist_common import MODEL_TYPES
+from fmnist_common import CANDIDATES
 from fmnist_common.cli import options_argv, positive_int, run_cli
-from fmnist_pipeline.run import BUDGET_NAMES, budget_of, train_args
+from fmnist_pipeline.run import BUDGET_NAMES, budget_of, job_of, train_args
 from training.data import SPLIT_SIZES
 from training.launcher import LaunchError, launch, threads_per_replica
 from training.precision import cpu_description
@@ -86,7 +86,7 @@ def bench_one(model_type, budget, seed, data_dir, encoded, labels, reference=Fal
     with tempfile.TemporaryDirectory(prefix="train-bench-") as tmp:
         work = Path(tmp)
         args = [*train_args(model_type, work, "bench", budget, data_dir), "--seed", str(seed)]
-        env, module = None, "training.train"
+        env, module = None, None  # the job's trainer (training.launcher.JOBS)
         if reference:
             from reference_train import REFERENCE_OPTIONS
 
@@ -98,7 +98,10 @@ def bench_one(model_type, budget, seed, data_dir, encoded, labels, reference=Fal
             }
             module = "reference_train"
         tee = LogTee()
-        wall = launch(args, num_workers=2, name=model_type, env=env, module=module, out=tee)
+        job = "tfjob" if reference else job_of(model_type)
+        wall = launch(
+            args, num_workers=2, name=model_type, env=env, module=module, out=tee, job=job
+        )
         saved = work / "candidates" / model_type
         hist = history_of(saved)
         metrics = evaluate_candidate(saved, encoded, labels, batch_size=500)
@@ -111,8 +114,11 @@ def bench_one(model_type, budget, seed, data_dir, encoded, labels, reference=Fal
         "wall_seconds": round(wall, 1),
         "fit_seconds": round(hist["train_seconds"], 1),
         "images_per_second": round(steady_ips(hist)),
-        # fit()'s return after its last epoch, the slower replica (bench/fit_teardown.py)
-        "teardown_seconds": round(max(teardowns(tee.lines).values()), 2),
+        # fit()'s return after its last epoch, the slower replica (bench/fit_teardown.py); the
+        # PyTorch trainer has no fit()
+        "teardown_seconds": (
+            round(max(teardowns(tee.lines).values()), 2) if job == "tfjob" else None
+        ),
         "test_accuracy": round(metrics["accuracy"], 4),
         "test_loss": round(metrics["loss"], 4),
     }
@@ -234,7 +240,8 @@ def to_markdown(result: dict) -> str:
         lines.append(
             f"| {r['model_type']} | {r['seed']} | {r['precision']} | {r['epochs']} | "
             f"{r['global_batch_size']} | {r['wall_seconds']} | {r['fit_seconds']} | "
-            f"{r['teardown_seconds']} | {r['images_per_second']} | {r['test_accuracy']:.4f} |"
+            f"{r['teardown_seconds'] if r['teardown_seconds'] is not None else '-'} | "
+            f"{r['images_per_second']} | {r['test_accuracy']:.4f} |"
         )
     if result.get("scaling"):
         lines += [
@@ -263,7 +270,7 @@ def build_parser() -> argparse.ArgumentParser:
     """Options: budget, model types, seeds, reference/scaling sections, data and results dirs."""
     p = argparse.ArgumentParser(prog="bench/train_bench.py", description=__doc__.splitlines()[0])
     p.add_argument("--budget", choices=BUDGET_NAMES, default="full")
-    p.add_argument("--model-types", nargs="+", choices=MODEL_TYPES, default=list(MODEL_TYPES))
+    p.add_argument("--model-types", nargs="+", choices=CANDIDATES, default=list(CANDIDATES))
     p.add_argument("--seeds", nargs="+", type=int, default=[1, 2, 3])
     p.add_argument(
         "--no-reference",

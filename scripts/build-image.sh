@@ -1,15 +1,19 @@
 #!/usr/bin/env bash
-# Build the one image that runs every pipeline step and import it into k3d (no registry), or
-# push it (gpu-cloud). The image reference is the one the overlay deploys (read from it).
+# Build the pipeline's two images from the one Dockerfile and import them into k3d (no
+# registry), or push them (gpu-cloud): the image every TensorFlow step runs (ingest, the TFJob
+# replicas, select) and its PyTorch build, the same reference with the tag suffix -torch (the
+# PyTorchJob replicas; the extra `torch` keeps several GB of torch out of the first). The
+# reference is the one the overlay deploys (read from it).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 if wants_help "${1:-}"; then
   cat <<USAGE
 usage: scripts/build-image.sh [--gpu] [--push]
-Builds the pipeline image from the repo's Dockerfile (base ${PYTHON_BASE_IMAGE}) and imports it
-into k3d cluster '${CLUSTER_NAME}'. The reference is the pipeline's 'image' parameter as
-overlays/local-k3d renders it (--gpu: overlays/gpu-cloud, built with the 'gpu' extra).
---push: push it to its registry instead of importing.
+Builds the pipeline images from the repo's Dockerfile (base ${PYTHON_BASE_IMAGE}) and imports
+them into k3d cluster '${CLUSTER_NAME}': the pipeline's 'image' parameter as overlays/local-k3d
+renders it, and the same with tag suffix -torch built with the 'torch' extra (the PyTorchJob's
+image). --gpu: overlays/gpu-cloud's reference, built with the 'gpu' extra.
+--push: push them to their registry instead of importing.
 USAGE
   exit 0
 fi
@@ -24,12 +28,17 @@ done
 if [[ "${GPU}" == true ]]; then OVERLAY=gpu-cloud EXTRAS=gpu; else OVERLAY=local-k3d EXTRAS=""; fi
 TAG="$(overlay_param "${OVERLAY}" image)"
 need docker
-log "building ${TAG} (overlays/${OVERLAY})"
-docker build --build-arg "PYTHON_BASE_IMAGE=${PYTHON_BASE_IMAGE}" --build-arg "EXTRAS=${EXTRAS}" \
-  -t "${TAG}" "${REPO_ROOT}"
-if [[ "${PUSH}" == true ]]; then
-  docker push "${TAG}"
-else
-  need k3d
-  k3d image import "${TAG}" --cluster "${CLUSTER_NAME}"
-fi
+# "<reference> <extras>": the TensorFlow image, then the PyTorch one (the WorkflowTemplate's
+# train-pytorch template runs {{workflow.parameters.image}}-torch)
+for build in "${TAG} ${EXTRAS}" "${TAG}-torch ${EXTRAS:+${EXTRAS},}torch"; do
+  read -r ref extras <<<"${build}" || true
+  log "building ${ref} (overlays/${OVERLAY}, extras '${extras:-}')"
+  docker build --build-arg "PYTHON_BASE_IMAGE=${PYTHON_BASE_IMAGE}" \
+    --build-arg "EXTRAS=${extras:-}" -t "${ref}" "${REPO_ROOT}"
+  if [[ "${PUSH}" == true ]]; then
+    docker push "${ref}"
+  else
+    need k3d
+    k3d image import "${ref}" --cluster "${CLUSTER_NAME}"
+  fi
+done

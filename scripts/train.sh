@@ -7,12 +7,12 @@ usage() {
   cat <<USAGE
 usage: scripts/train.sh [model-type] [-p name=value ...]
 Submits a Workflow from workflowtemplate/${PIPELINE} (namespace ${NAMESPACE}) with entrypoint
-'train' for one model type (cnn | dropout | batch_norm), or 'train-all' for all three in
-parallel, and waits, polling the Workflow's phase every POLL seconds: exit 0 when it Succeeded
-(every TFJob succeeded), 1 when it is Failed or Error (with Argo's message) or still running
-after TIMEOUT seconds. 'train-all' does not stop at the first failed TFJob: its DAG lets the
+'train' for one TensorFlow model type (cnn | dropout | batch_norm: a TFJob), 'train-pytorch'
+for pytorch (the PyTorchJob), or 'train-all' for all four in parallel, and waits, polling the Workflow's phase every POLL seconds: exit 0 when it Succeeded
+(every training job succeeded), 1 when it is Failed or Error (with Argo's message) or still running
+after TIMEOUT seconds. 'train-all' does not stop at the first failed job: its DAG lets the
 other variants run to their end (failFast: false), so the Workflow fails, and the script exits
-1, only after all three have ended.
+1, only after all four have ended.
 -p overrides pipeline parameters by name (e.g. -p epochs=2 -p workers=1).
 SavedModels land under /mnt/shared/candidates/<model-type> on the PVC (run id = Workflow name).
 Needs the ML layer deployed (scripts/deploy.sh <env> or Argo CD) and the dataset ingested
@@ -22,8 +22,12 @@ USAGE
 if wants_help "${1:-}"; then usage; exit 0; fi
 args=(--wait --entrypoint train-all)
 if [[ $# -gt 0 && "$1" != -* ]]; then
-  [[ "$1" =~ ^[a-z][a-z0-9_]*$ ]] || die "bad model type $1 (cnn | dropout | batch_norm)"
-  args=(--wait --entrypoint train -p "model-type=$1")
+  [[ "$1" =~ ^[a-z][a-z0-9_]*$ ]] || die "bad model type $1 (cnn | dropout | batch_norm | pytorch)"
+  if [[ "$1" == pytorch ]]; then
+    args=(--wait --entrypoint train-pytorch)
+  else
+    args=(--wait --entrypoint train -p "model-type=$1")
+  fi
   shift
 fi
 while [[ $# -gt 0 ]]; do

@@ -4,7 +4,9 @@ Plain Python (standard library only, no TensorFlow), so that clients, load gener
 model server's request path can import it cheaply. Each fact is stated here once:
 
 * the model: :data:`MODEL_NAME` (URL path and serving base-path name), :data:`MODEL_TYPES`
-  (the three variants), :data:`CLASS_NAMES` (label order of the 10 outputs), the image size;
+  (the three TensorFlow variants, TFJobs), :data:`TORCH_MODEL_TYPES` (the PyTorch variant, a
+  PyTorchJob), :data:`CANDIDATES` (all four, what the pipeline trains and selection ranks),
+  :data:`CLASS_NAMES` (label order of the 10 outputs), the image size;
 * the SavedModel serving signature: :data:`SIGNATURE_KEY`, :data:`INPUT_NAME`,
   :data:`OUTPUT_NAME`;
 * the version-directory rule of TF Serving / KServe: a published model lives in
@@ -26,7 +28,9 @@ import socket
 from collections.abc import Iterable
 
 MODEL_NAME = "fashion-mnist"
-MODEL_TYPES = ("cnn", "dropout", "batch_norm")
+MODEL_TYPES = ("cnn", "dropout", "batch_norm")  # tf-keras, training.train (TFJob)
+TORCH_MODEL_TYPES = ("pytorch",)  # PyTorch DDP, training.torch_train (PyTorchJob)
+CANDIDATES = MODEL_TYPES + TORCH_MODEL_TYPES
 CLASS_NAMES = (
     "T-shirt/top",
     "Trouser",

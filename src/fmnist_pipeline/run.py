@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from types import ModuleType
 
-from fmnist_common import CLASS_NAMES, MODEL_NAME, MODEL_TYPES
+from fmnist_common import CANDIDATES, CLASS_NAMES, MODEL_NAME, TORCH_MODEL_TYPES
 from fmnist_common.cli import options_argv, positive_int, run_cli
 
 log = logging.getLogger(__name__)
@@ -87,10 +87,11 @@ class PipelineError(RuntimeError):
 def train_args(
     model_type: str, work: Path, run_id: str, budget: dict, data_dir: str | None
 ) -> list[str]:
-    """The ``python -m training.train`` arguments for one variant (as in the TFJob manifests).
+    """The trainer arguments for one variant, as the TFJob and PyTorchJob manifests pass them
+    (``python -m training.train`` and ``python -m training.torch_train`` take the same ones).
 
     Args:
-        model_type: one of :data:`fmnist_common.MODEL_TYPES`.
+        model_type: one of :data:`fmnist_common.CANDIDATES`.
         work: the work dir (plays the PVC): checkpoints, TensorBoard logs and the candidate
             SavedModel go below it.
         run_id: names this run's checkpoint and TensorBoard directories.
@@ -114,6 +115,12 @@ def train_args(
     if data_dir:
         options["--data-dir"] = data_dir
     return options_argv(options)
+
+
+def job_of(model_type: str) -> str:
+    """The training job kind of a variant: ``pytorchjob`` for :data:`TORCH_MODEL_TYPES`, else
+    ``tfjob`` (:func:`training.launcher.launch`)."""
+    return "pytorchjob" if model_type in TORCH_MODEL_TYPES else "tfjob"
 
 
 def run_stage(module: ModuleType, argv: list[str]) -> None:
@@ -193,13 +200,14 @@ def build_parser() -> argparse.ArgumentParser:
     """The pipeline's options (``make demo``)."""
     p = argparse.ArgumentParser(
         prog="python -m fmnist_pipeline",
-        description="ingest -> train x3 (2 workers each) -> select -> serve -> predict",
+        description="ingest -> train x4 (3 TFJobs + 1 PyTorchJob, 2 replicas each) -> select -> "
+        "serve -> predict",
     )
     p.add_argument("--work-dir", default="work", help="plays the role of the PVC")
     p.add_argument("--data-dir", default=None, help="tfds data dir (default: $TFDS_DATA_DIR)")
     p.add_argument("--budget", choices=BUDGET_NAMES, default="quick")
     p.add_argument("--num-workers", type=positive_int, default=2)
-    p.add_argument("--model-types", nargs="+", default=list(MODEL_TYPES), choices=MODEL_TYPES)
+    p.add_argument("--model-types", nargs="+", default=list(CANDIDATES), choices=CANDIDATES)
     p.add_argument("--predict-images", type=positive_int, default=8)
     p.add_argument("--no-serve", action="store_true", help="stop after selection")
     p.add_argument("--run-id", default=None, help="default: demo-<timestamp>")
@@ -242,6 +250,7 @@ def main(args: argparse.Namespace) -> int:
             train_args(model_type, work, run_id, budget, data_dir),
             num_workers=args.num_workers,
             name=model_type,
+            job=job_of(model_type),
         )
         log.info("%s trained in %.1f s", model_type, seconds)
 

@@ -34,11 +34,17 @@ from pathlib import Path
 import numpy as np
 
 import training  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
-from fmnist_common import INPUT_NAME, MAX_VERSION, OUTPUT_NAME, SIGNATURE_KEY, parse_version
+from fmnist_common import (
+    CANDIDATES,
+    INPUT_NAME,
+    MAX_VERSION,
+    OUTPUT_NAME,
+    SIGNATURE_KEY,
+    parse_version,
+)
 from fmnist_common.cli import number, positive_int
 from training.data import DatasetError
 from training.leftovers import make_owned_dir, release_dir, remove_stale_dirs
-from training.models import MODEL_TYPES
 
 log = logging.getLogger("training.select")
 
@@ -60,8 +66,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--model-types",
         nargs="+",
-        default=list(MODEL_TYPES),
-        help="candidates to consider (a missing one is reported and skipped)",
+        default=list(CANDIDATES),
+        help="candidates to consider, TensorFlow and PyTorch alike (a missing one is reported "
+        "and skipped)",
     )
     p.add_argument(
         "--serving-base-path",

@@ -11,13 +11,14 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from fmnist_common import MODEL_TYPES
+from fmnist_common import CANDIDATES
 from validation.argo import PLACEHOLDER, WORKFLOW_KINDS, workflow_spec
 from validation.core import Context, Hit, Obj, check, dig
 from validation.pods import checked
 
 COMMAND = re.compile(r"(?:\S*/)?python[\w.]* -m (training\.\w+)")  # argv[:3], space-joined
 PATH_OPTIONS = ("data_dir", "saved_model_dir", "candidates_dir", "serving_base_path")
+TRAINERS = ("training.train", "training.torch_train")  # TFJob and PyTorchJob replicas
 
 
 @dataclass
@@ -100,7 +101,8 @@ def paths(ctx: Context) -> Iterator[Hit]:
     if len(data_dirs := {at[k] for k in at if k[1] == "data_dir"}) > 1:
         yield cmds[0].obj, "", f"steps use different --data-dir: {sorted(data_dirs)}"
     selects = [c for c in cmds if c.module == "training.select"]
-    for t, s in ((t, s) for t in cmds if t.module == "training.train" for s in selects):
+    trainers = [c for c in cmds if c.module in TRAINERS]
+    for t, s in ((t, s) for t in trainers for s in selects):
         saved, cand = at.get((id(t), "saved_model_dir")), at.get((id(s), "candidates_dir"))
         if saved and cand and saved != (cand[0], posixpath.join(cand[1], t.args.model_type)):
             msg = f"--saved-model-dir {t.args.saved_model_dir} is not <--candidates-dir>/"
@@ -120,9 +122,9 @@ def paths(ctx: Context) -> Iterator[Hit]:
 
 @check("model-types")
 def model_types(ctx: Context) -> Iterator[Hit]:
-    """The pipeline trains exactly ``fmnist_common.MODEL_TYPES``."""
-    trains = [c for c in commands(ctx) if isinstance(c, Command) and c.module == "training.train"]
+    """The pipeline trains exactly ``fmnist_common.CANDIDATES`` (TFJobs and the PyTorchJob)."""
+    trains = [c for c in commands(ctx) if isinstance(c, Command) and c.module in TRAINERS]
     got = sorted(c.args.model_type for c in trains)
-    if trains and sorted(set(got)) != sorted(MODEL_TYPES):
-        msg = f"trained model types {got} != fmnist_common.MODEL_TYPES {sorted(MODEL_TYPES)}"
+    if trains and sorted(set(got)) != sorted(CANDIDATES):
+        msg = f"trained model types {got} != fmnist_common.CANDIDATES {sorted(CANDIDATES)}"
         yield trains[0].obj, "", msg

@@ -1,6 +1,8 @@
-"""Training-job topic: the TFJobs and the pipeline steps that wait for them (training-operator
-v1.9.4 reports a crash-looping job Failed in ``status.conditions`` while the
-``replicaStatuses`` counters miss in-place restarts)."""
+"""Training-job topic: the TFJobs and PyTorchJobs and the pipeline steps that wait for them
+(training-operator v1.9.4 reports a crash-looping job Failed in ``status.conditions`` while the
+``replicaStatuses`` counters miss in-place restarts; it gives a PyTorchJob's pods their
+``MASTER_ADDR``/``RANK`` only when the job has a Master, and finds the Master's port only on the
+container named ``pytorch``, port ``pytorchjob-port``)."""
 
 from __future__ import annotations
 
@@ -11,18 +13,28 @@ from validation.argo import requirements
 from validation.core import Context, Hit, check
 
 COUNTED_RESTART_POLICIES = ("ExitCode", "Never")
+# job kind -> the spec field holding its replica specs
+REPLICA_SPECS = {"TFJob": "tfReplicaSpecs", "PyTorchJob": "pytorchReplicaSpecs"}
+# training-operator v1.9.4 (kubeflow.org/v1 constants): the PyTorchJob container and port names
+PYTORCH_CONTAINER, PYTORCH_PORT = "pytorch", "pytorchjob-port"
+
+
+def replica_specs(job) -> tuple[str, dict]:
+    """(field name, replica type -> spec) of a TFJob or PyTorchJob."""
+    field = REPLICA_SPECS[job.kind]
+    return field, (job.doc.get("spec") or {}).get(field) or {}
 
 
 def condition_problem(key: str, req: str, parsed: re.Match | None, specs: dict) -> str:
-    """Why one requirement of a TFJob step's condition is wrong ('' when it is right)."""
+    """Why one requirement of a training job step's condition is wrong ('' when it is right)."""
     path, op, value = (g or "" for g in parsed.groups()) if parsed else (req, "", "")
     parts = path.split(".")
     if parts[:2] == ["status", "conditions"]:
         return ""
     if key == "failureCondition" or parts[:2] != ["status", "replicaStatuses"] or len(parts) != 4:
-        return f"{path}: judge the TFJob by status.conditions (counters miss in-place restarts)"
+        return f"{path}: judge the job by status.conditions (counters miss in-place restarts)"
     if parts[2] not in specs:
-        return f"{path}: replica type {parts[2]!r} is not in tfReplicaSpecs {sorted(specs)}"
+        return f"{path}: replica type {parts[2]!r} is not in the replica specs {sorted(specs)}"
     replicas = str((specs[parts[2]] or {}).get("replicas", 1))
     if parts[3] != "succeeded" or op not in ("=", "==") or value != replicas:
         return f"{path} {op} {value}: success needs succeeded = {replicas} (the replica count)"
@@ -31,16 +43,20 @@ def condition_problem(key: str, req: str, parsed: re.Match | None, specs: dict) 
 
 @check("tfjob-conditions")
 def tfjob_conditions(ctx: Context) -> Iterator[Hit]:
-    """A TFJob step fails on the operator's verdict (``status.conditions``) and succeeds on it
-    or on ``status.replicaStatuses.<type>.succeeded = <replicas>``."""
-    for job in ctx.kinds("TFJob"):
+    """A TFJob or PyTorchJob step fails on the operator's verdict (``status.conditions``) and
+    succeeds on it or on ``status.replicaStatuses.<type>.succeeded = <replicas>``."""
+    for job in ctx.kinds(*REPLICA_SPECS):
         if (res := job.extra.get("resource") or {}).get("action") != "create":
             continue
         wf, step = job.extra["workflow"], job.embedded_in.rsplit(".manifest", 1)[0]
-        specs = (job.doc.get("spec") or {}).get("tfReplicaSpecs") or {}
+        _, specs = replica_specs(job)
         for key in ("successCondition", "failureCondition"):
             if key not in res:
-                yield wf, f"{step}.{key}", "missing: the step must wait for the TFJob's verdict"
+                yield (
+                    wf,
+                    f"{step}.{key}",
+                    f"missing: the step must wait for the {job.kind}'s verdict",
+                )
             for req, parsed in requirements(res.get(key), job.extra["values"]):
                 if problem := condition_problem(key, req, parsed, specs):
                     yield wf, f"{step}.{key}", f"{problem} (call {job.extra['caller']})"
@@ -48,10 +64,34 @@ def tfjob_conditions(ctx: Context) -> Iterator[Hit]:
 
 @check("tfjob-restart-policy")
 def tfjob_restart_policy(ctx: Context) -> Iterator[Hit]:
-    """Every TFJob replica restarts with a policy whose failures are counted."""
-    for job in ctx.kinds("TFJob"):
-        for rtype, rspec in ((job.doc.get("spec") or {}).get("tfReplicaSpecs") or {}).items():
+    """Every TFJob and PyTorchJob replica restarts with a policy whose failures are counted."""
+    for job in ctx.kinds(*REPLICA_SPECS):
+        field, specs = replica_specs(job)
+        for rtype, rspec in specs.items():
             if (policy := (rspec or {}).get("restartPolicy")) not in COUNTED_RESTART_POLICIES:
                 msg = f"{policy!r}: in-place restarts are never counted as failures; use one of"
                 msg += f" {list(COUNTED_RESTART_POLICIES)} (ExitCode retries only retryable codes)"
-                yield job, f"spec.tfReplicaSpecs.{rtype}.restartPolicy", msg
+                yield job, f"spec.{field}.{rtype}.restartPolicy", msg
+
+
+@check("pytorchjob-master")
+def pytorchjob_master(ctx: Context) -> Iterator[Hit]:
+    """A PyTorchJob has exactly one Master (the operator sets ``MASTER_ADDR``/``RANK`` only
+    then, and rank 0 is the Master), and every replica's container ``pytorch`` declares the
+    port ``pytorchjob-port`` (where the operator reads ``MASTER_PORT`` from)."""
+    for job in ctx.kinds("PyTorchJob"):
+        field, specs = replica_specs(job)
+        master = specs.get("Master")
+        if master is None:
+            msg = "no Master replica: a Worker-only job gets no MASTER_ADDR/WORLD_SIZE/RANK"
+            yield job, f"spec.{field}", msg
+        elif str(master.get("replicas", 1)) != "1":
+            yield job, f"spec.{field}.Master.replicas", "exactly 1 Master (rank 0)"
+        for rtype, rspec in specs.items():
+            containers = ((rspec or {}).get("template") or {}).get("spec", {}).get("containers")
+            named = [c for c in containers or [] if c.get("name") == PYTORCH_CONTAINER]
+            ports = [p.get("name") for c in named for p in c.get("ports") or []]
+            if not named or PYTORCH_PORT not in ports:
+                msg = f"needs a container {PYTORCH_CONTAINER!r} with a port {PYTORCH_PORT!r} "
+                msg += "(the operator's names; without them it finds no master port)"
+                yield job, f"spec.{field}.{rtype}.template.spec.containers", msg

@@ -27,7 +27,8 @@ from argo_executor import ResourceStepRunner
 from e2e_kube import REPO_ROOT, Kubectl
 
 NAMESPACE = "fashion-mnist"
-VARIANTS = ("cnn", "dropout", "batch-norm")
+VARIANTS = ("cnn", "dropout", "batch-norm")  # the TFJobs' DAG tasks
+TORCH_VARIANTS = ("pytorch",)  # the PyTorchJob's
 FAIL_ON_NODE = '{"e2e.fashion-mnist/fail": "true"}'
 
 
@@ -98,7 +99,8 @@ def first_run(deployed, kubectl, kubeconfig):
     proc, name, seconds = _submit(kubectl, kubeconfig, "epochs=1")
     assert proc.returncode == 0, f"{proc.stderr}\n{_diagnose(kubectl, name, deployed)}"
     steps = {pod for pod in deployed.results if pod.startswith(name)}
-    assert len(steps) == 4, f"argoexec ran for {steps}\n{_diagnose(kubectl, name, deployed)}"
+    # resource steps: 3 TFJobs, 1 PyTorchJob, the InferenceService
+    assert len(steps) == 5, f"argoexec ran for {steps}\n{_diagnose(kubectl, name, deployed)}"
     return name
 
 
@@ -107,7 +109,7 @@ def test_pipeline_runs_the_dag_in_order(first_run, kubectl):
     start = {k: n.get("startedAt") for k, n in nodes.items()}
     end = {k: n.get("finishedAt") for k, n in nodes.items()}
     assert all(nodes[k]["phase"] == "Succeeded" for k in ("ingest", "select", "serve")), nodes
-    for variant in VARIANTS:
+    for variant in VARIANTS + TORCH_VARIANTS:
         assert nodes[variant]["phase"] == "Succeeded"
         assert end["ingest"] <= start[variant] and end[variant] <= start["select"]
     assert end["select"] <= start["serve"]
@@ -125,6 +127,19 @@ def test_train_steps_created_their_tfjobs_through_the_operator(first_run, kubect
         assert args[args.index("--epochs") + 1] == "1"  # the -p given to submit-pipeline.sh
         owners = job["metadata"].get("ownerReferences", [])
         assert any(o["kind"] == "Workflow" and o["name"] == first_run for o in owners)
+
+
+def test_train_step_created_the_pytorchjob_through_the_operator(first_run, kubectl):
+    job = kubectl.json("get", "pytorchjob", f"{first_run}-pytorch", "-n", NAMESPACE)
+    types = {c["type"]: c["status"] for c in job["status"]["conditions"]}
+    assert types.get("Succeeded") == "True", job["status"]
+    specs = job["spec"]["pytorchReplicaSpecs"]
+    assert specs["Master"]["replicas"] == 1 and specs["Worker"]["replicas"] == 1
+    args = specs["Master"]["template"]["spec"]["containers"][0]["args"]
+    assert args[args.index("--run-id") + 1] == first_run
+    assert args[args.index("--epochs") + 1] == "1"
+    owners = job["metadata"].get("ownerReferences", [])
+    assert any(o["kind"] == "Workflow" and o["name"] == first_run for o in owners)
 
 
 def test_serve_step_applied_the_inferenceservice(first_run, kubectl):

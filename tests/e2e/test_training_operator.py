@@ -1,22 +1,26 @@
-"""The project's TFJob through the real Kubeflow training-operator (v1.9.4, a local process
-running as ServiceAccount kubeflow/training-operator, its validating webhook served on
-127.0.0.1 and wired by tests/e2e/controllers.py).
+"""The project's TFJob and PyTorchJob through the real Kubeflow training-operator (v1.9.4, a
+local process running as ServiceAccount kubeflow/training-operator, its validating webhook
+served on 127.0.0.1 and wired by tests/e2e/controllers.py).
 
-The TFJob is the one the repository defines: the ``train`` template of the WorkflowTemplate as
-rendered by ``kubectl kustomize overlays/local-k3d`` (the environment's parameter values
-substituted the way Argo does, ``model-type=cnn``). It is created directly here, not through
-Argo (the Workflow tests cover that path).
+The jobs are the ones the repository defines: the ``train`` (TFJob) and ``train-pytorch``
+(PyTorchJob) templates of the WorkflowTemplate as rendered by ``kubectl kustomize
+overlays/local-k3d`` (the environment's parameter values substituted the way Argo does,
+``model-type=cnn``). They are created directly here, not through Argo (the Workflow tests cover
+that path).
 
 Simulated: no container runs. kwok moves each pod the operator creates to Running and then
-(pods owned by a TFJob) to Succeeded with exit code 0, or, for a pod labelled
+(pods owned by a TFJob or PyTorchJob) to Succeeded with exit code 0, or, for a pod labelled
 ``e2e.fashion-mnist/fail: "true"``, to Failed with exit code 1 (hack/e2e/kwok-stages.yaml).
-TF_CONFIG is therefore checked as the operator writes it into the pod spec, not as TensorFlow
-reads it. The namespace enforces the ``restricted`` Pod Security Standard, so the API server
-itself rejects a replica pod that is not restricted.
+TF_CONFIG and MASTER_ADDR/MASTER_PORT/WORLD_SIZE/RANK are therefore checked as the operator
+writes them into the pod spec, not as TensorFlow or PyTorch read them (those are read by the
+real processes of tests/training/test_multiworker.py and test_torch_ddp.py). The namespace
+enforces the ``restricted`` Pod Security Standard, so the API server itself rejects a replica
+pod that is not restricted.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 import uuid
@@ -48,14 +52,17 @@ PLACEHOLDER = re.compile(r"\{\{\s*([^{}]+?)\s*\}\}")
 SPRIG_REPLACE = re.compile(r"^=sprig\.replace\('(.*?)', '(.*?)', inputs\.parameters\['(.+?)'\]\)$")
 
 
-def render_tfjob(overlay: list[dict], name: str, model_type: str) -> tuple[dict, dict]:
-    """(TFJob, parameter values) from the WorkflowTemplate's ``train`` template with Argo's
-    substitutions; AssertionError naming any placeholder left (the template changed)."""
+def render_tfjob(
+    overlay: list[dict], name: str, model_type: str, template: str = "train"
+) -> tuple[dict, dict]:
+    """(job, parameter values) from the WorkflowTemplate's ``train`` (TFJob) or
+    ``train-pytorch`` (PyTorchJob) template with Argo's substitutions; AssertionError naming
+    any placeholder left (the template changed)."""
     wt = one(overlay, "WorkflowTemplate")
     params = {p["name"]: str(p["value"]) for p in wt["spec"]["arguments"]["parameters"]}
     values = {f"workflow.parameters.{k}": v for k, v in params.items()}
     values |= {"workflow.name": name, "inputs.parameters.model-type": model_type}
-    train = next(t for t in wt["spec"]["templates"] if t["name"] == "train")
+    train = next(t for t in wt["spec"]["templates"] if t["name"] == template)
 
     def sub(m: re.Match) -> str:
         expr = m.group(1)
@@ -150,6 +157,79 @@ def test_tfjob_with_a_failing_worker_fails(platform, kubectl, kubeconfig, overla
         ),
         timeout=WORKERS_TIMEOUT_S,
         what="TFJob Failed",
+    )
+    assert not condition(final, "Succeeded")
+    platform.check_alive()
+
+
+def test_pytorchjob_gets_the_operators_environment_and_succeeds(
+    platform, kubectl, kubeconfig, overlay, namespace
+):
+    """The pipeline's PyTorchJob: the operator creates the Master and the Workers, gives each
+    MASTER_ADDR (the Master's Service), MASTER_PORT (its pytorchjob-port), WORLD_SIZE (every
+    replica) and RANK (Master 0, Worker i -> i + 1), and reports Succeeded when the Master did,
+    which is what the step's successCondition reads."""
+    setup_namespace(kubectl, kubeconfig, overlay, namespace)
+    job, params = render_tfjob(overlay, f"e2e-{uuid.uuid4().hex[:6]}", "pytorch", "train-pytorch")
+    job["metadata"]["namespace"] = namespace
+    kubectl.apply(job)
+    name = job["metadata"]["name"]
+    world = 1 + int(params["pytorch-workers"])
+    assert world == 2
+
+    def replica_pods():
+        pods = kubectl.json(
+            "get", "pods", "-n", namespace, "-l", f"training.kubeflow.org/job-name={name}",
+        )["items"]  # fmt: skip
+        return pods if len(pods) == world else None
+
+    pods = wait_until(replica_pods, timeout=WORKERS_TIMEOUT_S, what=f"{world} replica pods")
+    final = wait_until(
+        lambda: (
+            (j := kubectl.json("get", f"pytorchjob/{name}", "-n", namespace))
+            and condition(j, "Succeeded")
+            and j
+        ),
+        timeout=WORKERS_TIMEOUT_S,
+        what=f"pytorchjob/{name} Succeeded",
+    )
+    platform.check_alive()
+    assert final["status"]["replicaStatuses"]["Master"]["succeeded"] == 1
+    ranks = {}
+    for pod in pods:
+        labels = pod["metadata"]["labels"]
+        rtype = labels["training.kubeflow.org/replica-type"]
+        index = int(labels["training.kubeflow.org/replica-index"])
+        (c,) = pod["spec"]["containers"]
+        assert c["name"] == "pytorch" and c["image"].endswith("-torch")
+        env = {e["name"]: e.get("value") for e in c.get("env") or []}
+        assert env["MASTER_ADDR"] == f"{name}-master-0"
+        assert env["MASTER_PORT"] == "23456"
+        assert env["WORLD_SIZE"] == str(world)
+        ranks[(rtype, index)] = int(env["RANK"])
+        assert c["resources"] == json.loads(params["train-resources"])
+        assert pod["spec"]["restartPolicy"] == "Never"  # restartPolicy ExitCode
+    assert ranks == {("master", 0): 0, ("worker", 0): 1}
+
+
+def test_pytorchjob_with_a_failing_master_fails(platform, kubectl, kubeconfig, overlay, namespace):
+    """The Master exiting 1 fails the PyTorchJob (the ``Failed`` condition the step reads)."""
+    setup_namespace(kubectl, kubeconfig, overlay, namespace)
+    job, _ = render_tfjob(overlay, f"e2e-{uuid.uuid4().hex[:6]}", "pytorch", "train-pytorch")
+    job["metadata"]["namespace"] = namespace
+    master = job["spec"]["pytorchReplicaSpecs"]["Master"]["template"] = copy.deepcopy(
+        job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]
+    )  # the manifest shares one pod template between Master and Worker (a YAML anchor)
+    master["metadata"].setdefault("labels", {})[E2E_LABEL_FAIL] = "true"
+    kubectl.apply(job)
+    final = wait_until(
+        lambda: (
+            (j := kubectl.json("get", f"pytorchjob/{job['metadata']['name']}", "-n", namespace))
+            and condition(j, "Failed")
+            and j
+        ),
+        timeout=WORKERS_TIMEOUT_S,
+        what="PyTorchJob Failed",
     )
     assert not condition(final, "Succeeded")
     platform.check_alive()

@@ -19,6 +19,11 @@ TFJOBS = {
 TRAIN = "spec.templates[train].resource"
 WORKER = f"{TRAIN}.manifest > spec.tfReplicaSpecs.Worker"
 TENSORFLOW = f"{WORKER}.template.spec.containers[tensorflow]"
+TRAIN_PYTORCH = "spec.templates[train-pytorch].resource"
+PYTORCH_SPECS = f"{TRAIN_PYTORCH}.manifest > spec.pytorchReplicaSpecs"
+PYTORCHJOB = "PyTorchJob/fashion-mnist/fashion-mnist-pipeline-x7k2p-pytorch"
+PYTORCH_REPLICAS = {f"{PYTORCH_SPECS}.{r}" for r in ("Master", "Worker")}
+PYTORCH = {f"{r}.template.spec.containers[pytorch]" for r in PYTORCH_REPLICAS}
 
 
 def only(findings, check):

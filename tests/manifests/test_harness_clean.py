@@ -15,7 +15,7 @@ WORKFLOW = {"workflow", "workflow-dag", "workflow-params", "memoize-key", "memoi
 TOPICS = {
     "workflow": WORKFLOW | {"executor-security-context"},
     "rbac": {"rbac-wildcard", "rbac-refs", "namespaces", "rbac-grants", "controller-grants"},
-    "training": {"tfjob-conditions", "tfjob-restart-policy"},
+    "training": {"tfjob-conditions", "tfjob-restart-policy", "pytorchjob-master"},
     "serving": {"inferenceservice", "logger-url", "serve-consistency"},
     "cli_paths": {"cli-flags", "paths", "model-types"},
     "pods": {"resources", "resource-limits", "security-context", "image-tag", "probes"},

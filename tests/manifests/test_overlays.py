@@ -14,6 +14,7 @@ ENV_PARAMS = {
     "image",
     "image-pull-policy",
     "workers",
+    "pytorch-workers",
     "train-resources",
     "train-node-selector",
     "train-tolerations",
@@ -66,8 +67,8 @@ def test_overlays_keep_every_field_they_do_not_set(full_run, base, overlay):
     changed = patched_paths(overlay) | {("spec", "arguments", "parameters", n) for n in ENV_PARAMS}
     over, compared = objects(rendered, overlay), 0
     for key, doc in objects(rendered, base).items():
-        if key[0] == "TFJob":
-            continue  # the TFJobs are the pipeline's, with the overlay's parameter values
+        if key[0] in ("TFJob", "PyTorchJob"):
+            continue  # the training jobs are the pipeline's, with the overlay's parameter values
         got = dict(leaves(over[key]))
         for path, value in leaves(doc):
             if not any(path[: len(p)] == p for p in changed):

@@ -10,6 +10,9 @@ from .manifest_refs import (
     ISVC_REF,
     KSVC,
     PVC,
+    PYTORCH,
+    PYTORCH_REPLICAS,
+    PYTORCHJOB,
     TENSORFLOW,
     TFJOBS,
     WFT,
@@ -40,8 +43,10 @@ def test_schema_builtin_kind_strict(broken):
 def test_schema_of_tfjob_embedded_in_workflow(broken):
     broken.replace(WFT, "restartPolicy: ExitCode", "restartPolicies: ExitCode")
     hits = only(broken.check(), "schema")
-    assert {(f.file, f.field) for f in hits} == {(WFT, WORKER)}
-    assert {f.obj for f in hits} == TFJOBS
+    assert {(f.file, f.field) for f in hits} == {(WFT, WORKER)} | {
+        (WFT, r) for r in PYTORCH_REPLICAS
+    }
+    assert {f.obj for f in hits} == TFJOBS | {PYTORCHJOB}
     assert all("restartPolicies" in f.message for f in hits)
 
 
@@ -66,8 +71,10 @@ def test_limit_lower_than_request_in_embedded_tfjob(broken):
     )
     broken.edit(WFT, lambda d: param(d, "train-resources").update(value=resources))
     hits = only(broken.check(), "resource-limits")
-    assert {f.obj for f in hits} == TFJOBS
-    assert {f.field for f in hits} == {f"{TENSORFLOW}.resources.limits.memory"}
+    assert {f.obj for f in hits} == TFJOBS | {PYTORCHJOB}
+    assert {f.field for f in hits} == {
+        f"{c}.resources.limits.memory" for c in {TENSORFLOW} | PYTORCH
+    }
     assert all("1536Mi is lower than request 2Gi" in f.message for f in hits)
 
 
@@ -91,8 +98,10 @@ def test_security_context_in_embedded_tfjob(broken):
     indent = " " * 28  # inside the TFJob manifest string
     broken.replace(WFT, f"\n{indent}drop: [ALL]", f"\n{indent}drop: [NET_RAW]")
     hits = only(broken.check(), "security-context")
-    assert {f.field for f in hits} == {f"{TENSORFLOW}.securityContext.capabilities.drop"}
-    assert {f.obj for f in hits} == TFJOBS
+    assert {f.field for f in hits} == {
+        f"{c}.securityContext.capabilities.drop" for c in {TENSORFLOW} | PYTORCH
+    }
+    assert {f.obj for f in hits} == TFJOBS | {PYTORCHJOB}
 
 
 def test_image_must_be_pinned(broken):

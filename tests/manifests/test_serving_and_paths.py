@@ -6,7 +6,7 @@ import pytest
 import yaml
 
 from .conftest import by_name, template
-from .manifest_refs import ISVC, ISVC_REF, TENSORFLOW, WFT, only
+from .manifest_refs import ISVC, ISVC_REF, PYTORCH, TENSORFLOW, WFT, only
 
 RUNTIMES = ("base/ml", "base/platform/kserve-runtimes")
 
@@ -84,10 +84,11 @@ def args_of(d: dict, tmpl: str) -> list:
 
 
 def test_cli_flag_unknown_to_training_parser(broken):
-    broken.replace(WFT, "- --lr-schedule\n", "- --lr-scheduler\n")
+    broken.replace(WFT, "- --lr-schedule\n", "- --lr-scheduler\n")  # TFJob and PyTorchJob
     hits = only(broken.check(), "cli-flags")
-    assert {(f.file, f.field) for f in hits} == {(WFT, f"{TENSORFLOW}.args")}
-    assert all("training.train rejects" in f.message for f in hits)
+    assert {(f.file, f.field) for f in hits} == {(WFT, f"{c}.args") for c in {TENSORFLOW} | PYTORCH}
+    rejects = {f.message.split(" rejects")[0] for f in hits}
+    assert rejects == {"training.train", "training.torch_train"}
 
 
 def test_cli_flag_unknown_to_select_parser(broken):

@@ -7,7 +7,16 @@ import pytest
 from validation.argo import expression
 
 from .conftest import by_name, param, template
-from .manifest_refs import EXECUTOR_PATCH, TRAIN, WFT, WFT_REF, WORKER, only
+from .manifest_refs import (
+    EXECUTOR_PATCH,
+    PYTORCH_SPECS,
+    TRAIN,
+    TRAIN_PYTORCH,
+    WFT,
+    WFT_REF,
+    WORKER,
+    only,
+)
 
 
 def task(wft: dict, tmpl: str, name: str) -> dict:
@@ -154,8 +163,51 @@ def test_argo_expressions_the_manifests_use():
 def test_restart_policy_must_count_failures(broken):
     broken.replace(WFT, "restartPolicy: ExitCode", "restartPolicy: OnFailure")
     hits = only(broken.check(), "tfjob-restart-policy")
-    assert {f.field for f in hits} == {f"{WORKER}.restartPolicy"}
-    assert len(hits) == 3 and all("'OnFailure'" in f.message for f in hits)
+    assert {f.field for f in hits} == {
+        f"{WORKER}.restartPolicy",
+        f"{PYTORCH_SPECS}.Master.restartPolicy",
+        f"{PYTORCH_SPECS}.Worker.restartPolicy",
+    }
+    assert len(hits) == 3 + 2 and all("'OnFailure'" in f.message for f in hits)
+
+
+MASTER_BLOCK = "              Master:\n                replicas: 1\n"
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "fields", "text"),
+    [
+        (MASTER_BLOCK, MASTER_BLOCK.replace("Master", "Chief"), [""], "no Master replica"),
+        (MASTER_BLOCK, MASTER_BLOCK.replace("1", "2"), [".Master.replicas"], "exactly 1 Master"),
+        (
+            "- name: pytorch\n",
+            "- name: torch\n",
+            [".Master.template.spec.containers", ".Worker.template.spec.containers"],
+            "needs a container 'pytorch' with a port 'pytorchjob-port'",
+        ),
+        (
+            "- name: pytorchjob-port\n",
+            "- name: master-port\n",
+            [".Master.template.spec.containers", ".Worker.template.spec.containers"],
+            "finds no master port",
+        ),
+    ],
+)
+def test_pytorchjob_has_one_master_and_the_operators_names(broken, old, new, fields, text):
+    broken.replace(WFT, old, new)
+    hits = only(broken.check(), "pytorchjob-master")
+    assert {f.field for f in hits} == {f"{PYTORCH_SPECS}{field}" for field in fields}
+    assert all(text in f.message for f in hits), [f.format() for f in hits]
+
+
+def test_pytorchjob_step_is_judged_like_the_tfjob(broken):
+    cond = "status.replicaStatuses.Master.succeeded = 2"
+    broken.edit(
+        WFT, lambda d: template(d, "train-pytorch")["resource"].update(successCondition=cond)
+    )
+    (f,) = only(broken.check(), "tfjob-conditions")
+    assert f.field == f"{TRAIN_PYTORCH}.successCondition"
+    assert "success needs succeeded = 1" in f.message
 
 
 @pytest.mark.parametrize(
@@ -164,12 +216,12 @@ def test_restart_policy_must_count_failures(broken):
         (
             "failureCondition",
             "status.replicaStatuses.Worker.failed > 0",
-            "judge the TFJob by status.conditions",
+            "judge the job by status.conditions",
         ),
         (
             "successCondition",
             "status.replicaStatuses.worker.succeeded = {{workflow.parameters.workers}}",
-            "replica type 'worker' is not in tfReplicaSpecs ['Worker']",
+            "replica type 'worker' is not in the replica specs ['Worker']",
         ),
         (
             "successCondition",
@@ -184,7 +236,7 @@ def test_restart_policy_must_count_failures(broken):
         (
             "successCondition",
             "status.replicaStatus.Worker.succeeded = 2",
-            "judge the TFJob by status.conditions",
+            "judge the job by status.conditions",
         ),
     ],
 )

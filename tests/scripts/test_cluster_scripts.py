@@ -148,29 +148,34 @@ def build_args(argv):
     return dict(a.split("=", 1) for a in flag_values(argv, "--build-arg"))
 
 
-def test_build_image_builds_and_imports_the_local_k3d_image(fakes):
+def test_build_image_builds_and_imports_the_local_k3d_images(fakes):
     image = rendered_image("local-k3d")
     proc, calls = fakes("build-image.sh", kubectl=REAL_KUBECTL)
     assert proc.returncode == 0, proc.stderr
-    (build,) = only(calls, "docker", "build")
-    assert flag_values(build, "-t") == [image] and build[-1] == str(REPO)
-    assert build_args(build) == {
-        "PYTHON_BASE_IMAGE": versions()["PYTHON_BASE_IMAGE"],
-        "EXTRAS": "",
-    }
-    assert only(calls, "k3d") == [["k3d", "image", "import", image, "--cluster", "fashion-mnist"]]
+    builds = only(calls, "docker", "build")
+    assert [flag_values(b, "-t") for b in builds] == [[image], [f"{image}-torch"]]
+    assert all(b[-1] == str(REPO) for b in builds)
+    base = versions()["PYTHON_BASE_IMAGE"]
+    assert [build_args(b) for b in builds] == [
+        {"PYTHON_BASE_IMAGE": base, "EXTRAS": ""},
+        {"PYTHON_BASE_IMAGE": base, "EXTRAS": "torch"},  # the PyTorchJob's image
+    ]
+    assert only(calls, "k3d") == [
+        ["k3d", "image", "import", ref, "--cluster", "fashion-mnist"]
+        for ref in (image, f"{image}-torch")
+    ]
     assert not only(calls, "docker", "push")
-    assert calls.index(build) < calls.index(only(calls, "k3d")[0])
+    assert calls.index(builds[0]) < calls.index(only(calls, "k3d")[0])
 
 
 def test_build_image_gpu_uses_the_gpu_cloud_image_and_the_gpu_extra(fakes):
     image = rendered_image("gpu-cloud")
     proc, calls = fakes("build-image.sh", "--gpu", kubectl=REAL_KUBECTL)
     assert proc.returncode == 0, proc.stderr
-    (build,) = only(calls, "docker", "build")
-    assert flag_values(build, "-t") == [image]
-    assert build_args(build)["EXTRAS"] == "gpu"
-    assert only(calls, "k3d") == [["k3d", "image", "import", image, "--cluster", "fashion-mnist"]]
+    builds = only(calls, "docker", "build")
+    assert [flag_values(b, "-t") for b in builds] == [[image], [f"{image}-torch"]]
+    assert [build_args(b)["EXTRAS"] for b in builds] == ["gpu", "gpu,torch"]
+    assert [c[3] for c in only(calls, "k3d")] == [image, f"{image}-torch"]
 
 
 def test_build_image_gpu_push_pushes_instead_of_importing(fakes):
@@ -178,8 +183,17 @@ def test_build_image_gpu_push_pushes_instead_of_importing(fakes):
     proc, calls = fakes("build-image.sh", "--gpu", "--push", kubectl=REAL_KUBECTL)
     assert proc.returncode == 0, proc.stderr
     assert flag_values(only(calls, "docker", "build")[0], "-t") == [image]
-    assert only(calls, "docker", "push") == [["docker", "push", image]]
+    assert only(calls, "docker", "push") == [
+        ["docker", "push", image],
+        ["docker", "push", f"{image}-torch"],
+    ]
     assert not only(calls, "k3d")
+
+
+def test_the_pytorchjob_runs_the_torch_build_of_the_pipeline_image():
+    """The name build-image.sh gives the PyTorch image is the one the PyTorchJob pulls."""
+    wft = (REPO / "base/ml/pipeline/workflowtemplate.yaml").read_text()
+    assert 'image: "{{workflow.parameters.image}}-torch"' in wft
 
 
 def test_build_image_refuses_an_environment_name(fakes):

@@ -120,6 +120,10 @@ def test_dev_loop_runs_the_pipelines_train_template(fake):
     assert params(wf) == {"model-type": "batch_norm", "epochs": "1"}
     proc, wf, _ = fake("train.sh")
     assert wf["spec"]["entrypoint"] == "train-all" and params(wf) == {}
+    proc, wf, _ = fake("train.sh", "pytorch", "-p", "pytorch-workers=2")
+    assert proc.returncode == 0, proc.stderr
+    assert wf["spec"]["entrypoint"] == "train-pytorch"  # the PyTorchJob, no model-type input
+    assert params(wf) == {"pytorch-workers": "2"}
 
 
 def test_dev_loop_fails_when_training_fails(fake):
