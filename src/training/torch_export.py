@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import copy
 import os
-import shutil
-import uuid
 import warnings
 from pathlib import Path
 
@@ -28,7 +26,6 @@ import torch
 
 import training  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 from fmnist_common import IMAGE_SIZE
-from training.leftovers import make_owned_dir, release_dir, remove_stale_dirs
 from training.torch_model import SAME_PAD, BatchNormNet
 
 TORCHSCRIPT_PATH = Path("torchscript") / "model.pt"
@@ -136,25 +133,12 @@ def export_pytorch_candidate(
         ``saved_model_dir`` as a :class:`~pathlib.Path`.
     """
     from training.export import export_saved_model
+    from training.train import publish_dir
 
-    saved_model_dir = Path(saved_model_dir)
-    parent = saved_model_dir.parent
-    parent.mkdir(parents=True, exist_ok=True)
-    prefix = f".staging-{saved_model_dir.name}-"
-    remove_stale_dirs(parent, f"{prefix}*")
     eval_copy = copy.deepcopy(torch_model).to("cpu", torch.float32).eval()
-    staging = make_owned_dir(parent, prefix, private=False)
-    old = None
-    try:
+
+    def write(staging: Path) -> None:
         export_saved_model(to_keras(eval_copy), staging, mirror_average=mirror_average)
         save_torchscript(eval_copy, staging / TORCHSCRIPT_PATH)
-        release_dir(staging)  # its lock file must not end up in the candidate
-        if saved_model_dir.exists():
-            old = saved_model_dir.with_name(f".old-{saved_model_dir.name}-{uuid.uuid4().hex[:8]}")
-            saved_model_dir.rename(old)
-        staging.rename(saved_model_dir)
-    finally:
-        release_dir(staging)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
-    return saved_model_dir
+
+    return publish_dir(Path(saved_model_dir), write)

@@ -56,16 +56,16 @@ import numpy as np
 
 import training  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 from fmnist_common import IMAGE_SIZE
-from fmnist_common.cli import ConfigError, number, positive_int
+from fmnist_common.cli import ConfigError, number
 from training.data import DatasetError
-from training.precision import PRECISION_CHOICES, resolve_precision
+from training.precision import resolve_precision
 from training.pytorchjob import DistEnv, DistEnvError, parse_dist_env
 from training.train import (
-    AUGMENTATIONS,
     ERASE_PIXELS,
     HISTORY_FILE,
     PEER_LOST_EXIT_CODE,
     SHIFT_PIXELS,
+    add_shared_arguments,
     checkpoint_dir,
     write_history,
 )
@@ -96,38 +96,8 @@ def build_parser() -> argparse.ArgumentParser:
         "(one PyTorchJob replica).",
     )
     p.add_argument("--model-type", choices=(MODEL_TYPE,), default=MODEL_TYPE)
-    p.add_argument(
-        "--data-dir",
-        default=None,
-        help="tfds data dir with fashion_mnist prepared (default: $TFDS_DATA_DIR)",
-    )
-    p.add_argument("--epochs", type=positive_int, default=12)
-    p.add_argument("--batch-size-per-replica", type=positive_int, default=128)
-    p.add_argument(
-        "--learning-rate",
-        type=number(float, 0, low_open=True),
-        default=0.003,
-        help="peak learning rate",
-    )
+    add_shared_arguments(p)  # the TF trainer's flags, same meaning
     p.add_argument("--lr-schedule", choices=LR_SCHEDULES, default="cosine")
-    p.add_argument(
-        "--warmup-epochs",
-        type=number(float, 0),
-        default=1.0,
-        help="linear warm-up (cosine schedule)",
-    )
-    p.add_argument(
-        "--train-examples",
-        type=number(int, 0),
-        default=0,
-        help="use the first N train examples; 0 = all",
-    )
-    p.add_argument(
-        "--validation-examples",
-        type=number(int, 0),
-        default=10_000,
-        help="test-split examples evaluated after each epoch for the curves; 0 = none",
-    )
     p.add_argument(
         "--saved-model-dir",
         required=True,
@@ -142,31 +112,6 @@ def build_parser() -> argparse.ArgumentParser:
         "--tensorboard-dir",
         default=None,
         help="TensorBoard root; rank 0 writes <dir>/pytorch/<run-id>",
-    )
-    p.add_argument(
-        "--run-id",
-        default=os.environ.get("RUN_ID", "local"),
-        help="names this run's checkpoint/log directories; reusing it resumes (default: $RUN_ID)",
-    )
-    p.add_argument("--seed", type=number(int, 0, 2**32 - 1), default=42)
-    p.add_argument(
-        "--augment",
-        choices=AUGMENTATIONS,
-        default="shift-flip-erase",
-        help="training-time augmentation of each batch: random shifts, left-right flips, erasing",
-    )
-    p.add_argument(
-        "--label-smoothing",
-        type=number(float, 0, 1, high_open=True),
-        default=0.1,
-        help="cross-entropy label smoothing",
-    )
-    p.add_argument(
-        "--precision",
-        choices=PRECISION_CHOICES,
-        default="auto",
-        help="compute precision while training (mixed_bfloat16: torch.autocast to bfloat16, "
-        "float32 weights; auto: as training.precision decides); the export is float32",
     )
     p.add_argument(
         "--intra-op-threads",

@@ -59,25 +59,16 @@ class _ProfileBatches(argparse.Action):
         setattr(namespace, self.dest, (first, last))
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The training CLI; the TFJob manifests pass exactly these flags."""
-    p = argparse.ArgumentParser(
-        prog="python -m training.train",
-        description="Train one Fashion-MNIST model variant with MultiWorkerMirroredStrategy.",
-    )
-    p.add_argument("--model-type", required=True, choices=MODEL_TYPES)
+def add_shared_arguments(p: argparse.ArgumentParser) -> None:
+    """The flags both trainers take, with the same meaning (this one and
+    :mod:`training.torch_train`): the manifests and :func:`fmnist_pipeline.run.train_args`
+    pass them to either."""
     p.add_argument(
         "--data-dir",
         default=None,
         help="tfds data dir with fashion_mnist prepared (default: $TFDS_DATA_DIR)",
     )
     p.add_argument("--epochs", type=positive_int, default=12)
-    p.add_argument(
-        "--steps-per-epoch",
-        type=number(int, 0),
-        default=0,
-        help="steps per epoch; 0 = one pass over the (limited) train split",
-    )
     p.add_argument("--batch-size-per-replica", type=positive_int, default=128)
     p.add_argument(
         "--learning-rate",
@@ -85,7 +76,6 @@ def build_parser() -> argparse.ArgumentParser:
         default=0.003,
         help="peak learning rate",
     )
-    p.add_argument("--lr-schedule", choices=LR_SCHEDULES, default="cosine")
     p.add_argument(
         "--warmup-epochs",
         type=number(float, 0),
@@ -105,6 +95,50 @@ def build_parser() -> argparse.ArgumentParser:
         help="test-split examples evaluated after each epoch for the curves; 0 = none",
     )
     p.add_argument(
+        "--run-id",
+        default=os.environ.get("RUN_ID", "local"),
+        help="names this run's checkpoint/log directories; reusing it resumes (default: $RUN_ID)",
+    )
+    p.add_argument("--seed", type=number(int, 0, 2**32 - 1), default=42)
+    p.add_argument(
+        "--augment",
+        choices=AUGMENTATIONS,
+        default="shift-flip-erase",
+        help="training-time augmentation of each batch: random shifts, left-right flips, erasing",
+    )
+    p.add_argument(
+        "--label-smoothing",
+        type=number(float, 0, 1, high_open=True),
+        default=0.1,
+        help="cross-entropy label smoothing",
+    )
+    p.add_argument(
+        "--precision",
+        choices=PRECISION_CHOICES,
+        default="auto",
+        help="compute precision while training (mixed_bfloat16: bfloat16 compute, float32 "
+        "weights, fast only on CPUs with AVX512_BF16/AMX and on Ampere+ GPUs; auto: "
+        "mixed_bfloat16 where the device computes bfloat16 natively, else float32, see "
+        "training.precision); the export is float32",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The training CLI; the TFJob manifests pass exactly these flags."""
+    p = argparse.ArgumentParser(
+        prog="python -m training.train",
+        description="Train one Fashion-MNIST model variant with MultiWorkerMirroredStrategy.",
+    )
+    p.add_argument("--model-type", required=True, choices=MODEL_TYPES)
+    add_shared_arguments(p)
+    p.add_argument(
+        "--steps-per-epoch",
+        type=number(int, 0),
+        default=0,
+        help="steps per epoch; 0 = one pass over the (limited) train split",
+    )
+    p.add_argument("--lr-schedule", choices=LR_SCHEDULES, default="cosine")
+    p.add_argument(
         "--saved-model-dir",
         required=True,
         help="where the chief exports the candidate SavedModel",
@@ -120,37 +154,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="TensorBoard root; this run writes <dir>/<model-type>/<run-id>",
     )
     p.add_argument(
-        "--run-id",
-        default=os.environ.get("RUN_ID", "local"),
-        help="names this run's checkpoint/log directories; reusing it resumes (default: $RUN_ID)",
-    )
-    p.add_argument("--seed", type=number(int, 0, 2**32 - 1), default=42)
-    p.add_argument(
-        "--augment",
-        choices=AUGMENTATIONS,
-        default="shift-flip-erase",
-        help="training-time augmentation in tf.data: random shifts, left-right flips, erasing",
-    )
-    p.add_argument(
-        "--label-smoothing",
-        type=number(float, 0, 1, high_open=True),
-        default=0.1,
-        help="cross-entropy label smoothing",
-    )
-    p.add_argument(
         "--collective",
         choices=("auto", "ring"),
         default="ring",
         help="all-reduce implementation on CPU (GPUs always use NCCL)",
-    )
-    p.add_argument(
-        "--precision",
-        choices=PRECISION_CHOICES,
-        default="auto",
-        help="compute precision while training (mixed_bfloat16: bfloat16 compute, float32 "
-        "weights, fast only on CPUs with AVX512_BF16/AMX and on Ampere+ GPUs; auto: "
-        "mixed_bfloat16 where the device computes bfloat16 natively, else float32, see "
-        "training.precision); the export is float32",
     )
     p.add_argument(
         "--profile-batches",
@@ -451,21 +458,41 @@ def export_candidate(
         staging = export_parent / f"{prefix}{uuid.uuid4().hex[:8]}"
         export_saved_model(model, staging, mirror_average=mirror_average)
         return staging
-    remove_stale_dirs(export_parent, f"{prefix}*")
-    staging = make_owned_dir(export_parent, prefix, private=False)
+    return publish_dir(
+        saved_model_dir,
+        lambda staging: export_saved_model(model, staging, mirror_average=mirror_average),
+    )
+
+
+def publish_dir(target: Path, write) -> Path:
+    """Publish a candidate directory atomically: ``write(staging)`` fills a fresh
+    ``.staging-<name>-*`` directory beside ``target``, which is then renamed to ``target`` (a
+    previous ``target`` is moved aside first and deleted after). A crash before the rename
+    leaves only the staging directory, never a partial ``target``; the next publish removes
+    staging directories of killed runs (:mod:`training.leftovers`). Both trainers export
+    through it.
+
+    Returns:
+        ``target``.
+    """
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    prefix = f".staging-{target.name}-"
+    remove_stale_dirs(target.parent, f"{prefix}*")
+    staging = make_owned_dir(target.parent, prefix, private=False)
+    old = None
     try:
-        export_saved_model(model, staging, mirror_average=mirror_average)
+        write(staging)
         release_dir(staging)  # its lock file must not end up in the candidate
-        old = None
-        if saved_model_dir.exists():
-            old = saved_model_dir.with_name(f".old-{saved_model_dir.name}-{uuid.uuid4().hex[:8]}")
-            saved_model_dir.rename(old)
-        staging.rename(saved_model_dir)
+        if target.exists():
+            old = target.with_name(f".old-{target.name}-{uuid.uuid4().hex[:8]}")
+            target.rename(old)
+        staging.rename(target)
     finally:
         release_dir(staging)
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
-    return saved_model_dir
+    return target
 
 
 def write_history(path: Path, history: dict) -> None:

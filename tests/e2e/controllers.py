@@ -440,6 +440,7 @@ TO_CA = "training-operator-ca"  # cert-controller rotator's CAName in training-o
 TO_SECRET = "training-operator-webhook-cert"  # --webhook-secret-name default
 TO_CERT_DIR = Path("/tmp/k8s-webhook-server/serving-certs")  # fixed in pkg/cert/cert.go
 TO_WEBHOOK = ("ValidatingWebhookConfiguration", "validator.training-operator.kubeflow.org")
+TO_PYTORCH_INIT = "base/platform/training-operator/pytorch-init-container.yaml"
 KSERVE_WEBHOOKS = [
     ("MutatingWebhookConfiguration", "inferenceservice.serving.kserve.io"),
     ("ValidatingWebhookConfiguration", "clusterservingruntime.serving.kserve.io"),
@@ -500,6 +501,11 @@ def training_operator(admin: Path, workdir: Path, wirer: WebhookWirer) -> Contro
     )
     port, probe, metrics = free_port(), free_port(), free_port()
     wirer.add(WebhookTarget(port, certs.ca_cert, [TO_WEBHOOK]))
+    # The Deployment mounts the PyTorchJob init-container template of
+    # base/platform/training-operator at the operator's default path; here it is a file.
+    cm = yaml.safe_load((REPO_ROOT / TO_PYTORCH_INIT).read_text())
+    init_template = workdir / "pytorch-init-container.yaml"
+    init_template.write_text(cm["data"]["initContainer.yaml"])
     return Controller(
         "training-operator",
         [
@@ -512,6 +518,7 @@ def training_operator(admin: Path, workdir: Path, wirer: WebhookWirer) -> Contro
             f"--health-probe-bind-address=127.0.0.1:{probe}",
             f"--metrics-bind-address=127.0.0.1:{metrics}",
             "--leader-elect=false",
+            f"--pytorch-init-container-template-file={init_template}",
         ],
         # TMPDIR=/tmp: the rotator writes to the fixed /tmp/k8s-webhook-server/serving-certs,
         # the webhook server reads $TMPDIR/k8s-webhook-server/serving-certs

@@ -101,12 +101,10 @@ def test_applied_knative_domain_is_kserve_ingress_domain(platform, kubectl):
     assert data("config-domain") == {domain: ""}
     assert data("config-network")["ingress-class"] == "kourier.ingress.networking.knative.dev"
     assert data("config-features")["kubernetes.podspec-persistent-volume-claim"] == "enabled"
-    managers = {
-        m["manager"]
-        for m in kubectl.json("get", "configmap", "config-domain", "-n", "knative-serving")[
-            "metadata"
-        ]["managedFields"]
-    }
+    live = kubectl.json(
+        "get", "configmap", "config-domain", "-n", "knative-serving", "--show-managed-fields"
+    )
+    managers = {m["manager"] for m in live["metadata"]["managedFields"]}
     assert "fashion-mnist-platform" in managers, managers
 
 

@@ -209,6 +209,14 @@ def test_pytorchjob_gets_the_operators_environment_and_succeeds(
         ranks[(rtype, index)] = int(env["RANK"])
         assert c["resources"] == json.loads(params["train-resources"])
         assert pod["spec"]["restartPolicy"] == "Never"  # restartPolicy ExitCode
+        # the operator's init container on Workers (waits for the Master's Service): the
+        # restricted template of base/platform/training-operator, or restricted Pod Security
+        # admission would have rejected the pod (upstream's default has no securityContext)
+        inits = pod["spec"].get("initContainers") or []
+        assert [i["name"] for i in inits] == (["init-pytorch"] if rtype == "worker" else [])
+        for i in inits:
+            assert i["securityContext"]["allowPrivilegeEscalation"] is False
+            assert i["securityContext"]["capabilities"]["drop"] == ["ALL"]
     assert ranks == {("master", 0): 0, ("worker", 0): 1}
 
 
