@@ -50,7 +50,7 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP) ## create/refresh .venv from pyproject.toml
 
-demo: $(STAMP) ## run the whole pipeline locally: ingest -> train x3 (2 workers each) -> select -> serve -> predict
+demo: $(STAMP) ## run the whole pipeline locally: ingest -> train x4 (3 TFJobs + 1 PyTorchJob, 2 replicas each) -> select -> serve -> predict
 	$(PY) -m fmnist_pipeline --work-dir $(WORK_DIR) --budget $(BUDGET)
 
 test: $(STAMP) lint kubeconform ## lint, then the whole test suite (offline with MIRROR_DIR; not tests/e2e)

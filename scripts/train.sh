@@ -22,7 +22,10 @@ USAGE
 if wants_help "${1:-}"; then usage; exit 0; fi
 args=(--wait --entrypoint train-all)
 if [[ $# -gt 0 && "$1" != -* ]]; then
-  [[ "$1" =~ ^[a-z][a-z0-9_]*$ ]] || die "bad model type $1 (cnn | dropout | batch_norm | pytorch)"
+  # the candidates are fmnist_common.CANDIDATES (the one list; select ranks exactly these)
+  known="$(PYTHONPATH="${REPO_ROOT}/src" "${PYTHON}" -c \
+    'from fmnist_common import CANDIDATES; print(" | ".join(CANDIDATES))')"
+  [[ " | ${known} | " == *" | $1 | "* ]] || die "unknown model type '$1' (one of: ${known})"
   if [[ "$1" == pytorch ]]; then
     args=(--wait --entrypoint train-pytorch)
   else

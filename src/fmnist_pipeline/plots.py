@@ -46,7 +46,7 @@ def plot_training_curves(histories: dict[str, dict], out_png: str | Path) -> Pat
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
-    fig.suptitle("Fashion-MNIST: the three variants (solid: train, dashed: test split)")
+    fig.suptitle("Fashion-MNIST: the candidates (solid: train, dashed: test split)")
     fig.tight_layout()
     out = Path(out_png)
     out.parent.mkdir(parents=True, exist_ok=True)

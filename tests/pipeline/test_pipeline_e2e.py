@@ -8,6 +8,8 @@ import sys
 
 import pytest
 
+from fmnist_common import CANDIDATES
+
 
 @pytest.mark.slow
 def test_pipeline_end_to_end(tmp_path, data_dir):
@@ -20,12 +22,13 @@ def test_pipeline_end_to_end(tmp_path, data_dir):
     assert proc.returncode == 0, out[-4000:]
     report = json.loads((work / "reports" / "selection.json").read_text())
     assert report["published"] and report["version"] == 1
+    assert set(report["candidates"]) == set(CANDIDATES)  # the three TF variants and PyTorch
     assert {c["status"] for c in report["candidates"].values()} == {"ok"}
-    assert report["chosen_model"] in ("cnn", "dropout", "batch_norm")
+    assert report["chosen_model"] in CANDIDATES
     assert (work / "models" / "fashion-mnist" / "1" / "saved_model.pb").is_file()
     assert (work / "reports" / "training_curves.png").stat().st_size > 10_000
     # summary table: every model, the chosen version, predictions with true labels
-    for name in ("cnn", "dropout", "batch_norm"):
+    for name in CANDIDATES:
         assert name in proc.stdout
     assert "chosen:" in proc.stdout and "-> version 1" in proc.stdout
     assert "true label" in proc.stdout and "model server stopped" in out

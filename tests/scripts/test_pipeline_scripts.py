@@ -126,6 +126,14 @@ def test_dev_loop_runs_the_pipelines_train_template(fake):
     assert params(wf) == {"pytorch-workers": "2"}
 
 
+def test_dev_loop_refuses_an_unknown_model_type_before_any_kubectl_call(fake):
+    proc, wf, _ = fake("train.sh", "resnet")
+    assert proc.returncode == 1 and wf is None  # nothing submitted
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "error: unknown model type 'resnet' (one of: cnn | dropout | batch_norm | pytorch)"
+    )
+
+
 def test_dev_loop_fails_when_training_fails(fake):
     proc, _, _ = fake("train.sh", "cnn", phases=("Running", "Failed"))
     assert proc.returncode == 1
