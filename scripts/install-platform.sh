@@ -99,8 +99,10 @@ ingress_domain() {
     block && /"ingressDomain"/ { v = $0; sub(/^[^:]*: *"/, "", v); sub(/".*/, "", v); found = v }
     END { flush() }
   ' "$1")"
-  [[ "${domain}" =~ ^[a-z0-9]([a-z0-9.-]*[a-z0-9])?$ ]] \
-    || die "no ingressDomain in KServe's inferenceservice-config ($1): got '${domain}'"
+  # a DNS-1123 subdomain of at least two labels (what Knative routes under)
+  local label='[a-z0-9]([-a-z0-9]*[a-z0-9])?'
+  [[ "${domain}" =~ ^${label}(\.${label})+$ && ${#domain} -le 253 ]] \
+    || die "no ingressDomain in KServe's inferenceservice-config ($1): got '${domain}' (need a DNS-1123 subdomain such as example.com)"
   printf '%s\n' "${domain}"
 }
 
@@ -115,7 +117,7 @@ metadata:
   name: config-domain
   namespace: knative-serving
 data:
-  $1: ""
+  "$1": ""
 YAML
 }
 

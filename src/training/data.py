@@ -131,7 +131,13 @@ def verify_prepared(data_dir: str | os.PathLike | None = None) -> dict[str, int]
     for split, expected in SPLIT_SIZES.items():
         if split not in splits:
             raise DatasetError(f"{info_path} has no {split!r} split: {redo}")
-        lengths = [int(n) for n in splits[split].get("shardLengths", [])]
+        try:
+            lengths = [int(n) for n in splits[split].get("shardLengths") or []]
+            int(splits[split].get("numBytes", 0))
+        except (ValueError, TypeError) as exc:
+            raise DatasetError(
+                f"{info_path} has bad {split!r} shard sizes ({exc}): {redo}"
+            ) from exc
         total_bytes = 0
         for i, want in enumerate(lengths):
             shard = root / f"{DATASET_NAME}-{split}.{file_format}-{i:05d}-of-{len(lengths):05d}"

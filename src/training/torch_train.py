@@ -346,6 +346,17 @@ def train(args: argparse.Namespace, env: DistEnv) -> dict:
         xv, yv = load_numpy("test", args.data_dir, args.validation_examples)
         x_val, y_val = _nchw(xv[rank::world]), torch.from_numpy(yv[rank::world])
 
+    ckpt_dir = checkpoint_dir(args)  # <checkpoint-dir>/pytorch/<run-id>
+    done = newest_checkpoint(ckpt_dir)
+    if done is not None and done[0] >= args.epochs:
+        # Every epoch is checkpointed already (the Master was lost while exporting, after the
+        # Workers had finished): the operator re-creates only the Master, so no rendezvous:
+        # rank 0 exports from the checkpoint alone, any other rank has nothing left to do.
+        if not lead:
+            log.info("rank %d: all %d epochs are checkpointed; rank 0 exports", rank, args.epochs)
+            return {}
+        return _export_finished(args, done[1], precision, world, len(x_np))
+
     dist.init_process_group(
         "nccl" if cuda else "gloo",
         init_method="env://",
@@ -365,7 +376,6 @@ def train(args: argparse.Namespace, env: DistEnv) -> dict:
     )
     batches = BatchSampler(sampler, args.batch_size_per_replica, drop_last=True)
     steps = len(batches)  # the same on every rank
-    ckpt_dir = checkpoint_dir(args)  # <checkpoint-dir>/pytorch/<run-id>
 
     model = build_torch_model(args.seed).to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=args.learning_rate, eps=1e-7)  # Keras'
@@ -483,6 +493,9 @@ def train(args: argparse.Namespace, env: DistEnv) -> dict:
                 "steps_per_epoch": steps,
             }
             save_checkpoint(ckpt_dir, epoch + 1, state)
+    # No rank leaves before rank 0 has saved the last checkpoint: a Master lost after this
+    # point (while exporting) finds every epoch checkpointed and exports alone (above).
+    dist.barrier()
     if start_epoch >= args.epochs:
         log.info("rank %d: all %d epochs were done already; nothing to train", rank, args.epochs)
     log.info(
@@ -514,6 +527,40 @@ def train(args: argparse.Namespace, env: DistEnv) -> dict:
         saved = export_pytorch_candidate(model.eval(), Path(args.saved_model_dir), mirror_average)
         write_history(saved / HISTORY_FILE, result)
         log.info("rank 0 exported %s", saved)
+    return result
+
+
+def _export_finished(
+    args: argparse.Namespace, path: Path, precision: str, world: int, examples: int
+) -> dict:
+    """Rank 0 of a run whose every epoch is checkpointed: export the model of checkpoint
+    ``path`` (no process group) and write the history it carries."""
+    import torch
+
+    from training.torch_export import export_pytorch_candidate
+    from training.torch_model import build_torch_model
+
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    model = build_torch_model(args.seed)
+    model.load_state_dict(state["model"])
+    log.info("rank 0: all %d epochs are checkpointed (%s); exporting it", args.epochs, path)
+    mirror_average = "flip" in args.augment
+    result = {
+        "model_type": args.model_type,
+        "run_id": args.run_id,
+        "replicas": world,
+        "global_batch_size": state["global_batch_size"],
+        "steps_per_epoch": state["steps_per_epoch"],
+        "epochs": args.epochs,
+        "precision": precision,
+        "mirror_average": mirror_average,
+        "train_examples": examples,
+        "train_seconds": state["train_seconds"],
+        "history": state["history"],
+    }
+    saved = export_pytorch_candidate(model.eval(), Path(args.saved_model_dir), mirror_average)
+    write_history(saved / HISTORY_FILE, result)
+    log.info("rank 0 exported %s", saved)
     return result
 
 

@@ -127,6 +127,16 @@ def test_truncated_train_shard_is_not_reported_as_ingested(copy_dir, caplog):
     assert "nothing to do" not in caplog.text
 
 
+@pytest.mark.parametrize(("key", "value"), [("shardLengths", ["x"]), ("numBytes", "abc")])
+def test_info_with_non_numeric_sizes_is_one_error(copy_dir, key, value):
+    info_path = dataset_dir(copy_dir) / "dataset_info.json"
+    info = json.loads(info_path.read_text())
+    info["splits"][0][key] = value
+    info_path.write_text(json.dumps(info))
+    with pytest.raises(DatasetError, match="has bad .* shard sizes"):
+        verify_prepared(copy_dir)
+
+
 def test_info_that_disagrees_with_the_shards_is_an_error(copy_dir):
     info_path = dataset_dir(copy_dir) / "dataset_info.json"
     info = json.loads(info_path.read_text())

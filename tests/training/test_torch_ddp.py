@@ -164,6 +164,30 @@ def test_same_run_id_resumes_from_the_last_checkpoint(first_run, tmp_path, data_
     assert len(history["history"]["loss"]) == 3  # the checkpoint carried the first two epochs
 
 
+def test_a_master_restarted_after_the_last_checkpoint_exports_alone(first_run, tmp_path, data_dir):
+    """The Master lost while exporting, after the Workers exited 0: the operator re-creates the
+    Master only. With every epoch checkpointed it exports from the checkpoint without waiting
+    for peers (that rendezvous could never complete); a Worker in that state exits 0."""
+    work, codes, _ = first_run
+    assert codes == [0, 0]
+    again = tmp_path / "again"
+    shutil.copytree(work / "checkpoints", again / "checkpoints")
+    (port,) = free_ports(1)  # nothing listens: a rendezvous would wait, then fail
+    for rank in (0, 1):
+        dist = {"MASTER_ADDR": LOOPBACK, "MASTER_PORT": str(port), "WORLD_SIZE": "2"}
+        proc = subprocess.run(
+            [sys.executable, "-m", "training.torch_train", *_args(again, "r1", 2)],
+            env=_env(data_dir, **dist, RANK=str(rank)),
+            capture_output=True, text=True, timeout=RUN_TIMEOUT, check=False,
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        assert "all 2 epochs are checkpointed" in proc.stdout + proc.stderr
+    saved = again / "candidates" / "pytorch"
+    assert (saved / "saved_model.pb").is_file() and (saved / "torchscript" / "model.pt").is_file()
+    history = json.loads((saved / "training_history.json").read_text())
+    assert len(history["history"]["loss"]) == 2 and history["run_id"] == "r1"
+
+
 @pytest.mark.parametrize("missing", ["RANK", "WORLD_SIZE"])
 def test_missing_operator_variable_fails_fast_with_one_line(tmp_path, data_dir, missing):
     dist = {"MASTER_ADDR": LOOPBACK, "MASTER_PORT": "29500", "WORLD_SIZE": "2", "RANK": "1"}
