@@ -508,19 +508,9 @@ def train(args: argparse.Namespace, env: DistEnv) -> dict:
         writer.close()
 
     mirror_average = "flip" in args.augment  # mirrored at random while training: serve both
-    result = {
-        "model_type": args.model_type,
-        "run_id": args.run_id,
-        "replicas": world,
-        "global_batch_size": global_batch,
-        "steps_per_epoch": steps,
-        "epochs": args.epochs,
-        "precision": precision,
-        "mirror_average": mirror_average,
-        "train_examples": int(len(x_train)),
-        "train_seconds": train_seconds,
-        "history": history,
-    }
+    result = _record(
+        args, precision, world, len(x_train), global_batch, steps, train_seconds, history
+    )
     if lead:
         from training.torch_export import export_pytorch_candidate
 
@@ -528,6 +518,23 @@ def train(args: argparse.Namespace, env: DistEnv) -> dict:
         write_history(saved / HISTORY_FILE, result)
         log.info("rank 0 exported %s", saved)
     return result
+
+
+def _record(args, precision, world, examples, global_batch, steps, train_seconds, history) -> dict:
+    """The run's ``training_history.json``: :mod:`training.train`'s keys."""
+    return {
+        "model_type": args.model_type,
+        "run_id": args.run_id,
+        "replicas": world,
+        "global_batch_size": global_batch,
+        "steps_per_epoch": steps,
+        "epochs": args.epochs,
+        "precision": precision,
+        "mirror_average": "flip" in args.augment,
+        "train_examples": int(examples),
+        "train_seconds": train_seconds,
+        "history": history,
+    }
 
 
 def _export_finished(
@@ -545,19 +552,16 @@ def _export_finished(
     model.load_state_dict(state["model"])
     log.info("rank 0: all %d epochs are checkpointed (%s); exporting it", args.epochs, path)
     mirror_average = "flip" in args.augment
-    result = {
-        "model_type": args.model_type,
-        "run_id": args.run_id,
-        "replicas": world,
-        "global_batch_size": state["global_batch_size"],
-        "steps_per_epoch": state["steps_per_epoch"],
-        "epochs": args.epochs,
-        "precision": precision,
-        "mirror_average": mirror_average,
-        "train_examples": examples,
-        "train_seconds": state["train_seconds"],
-        "history": state["history"],
-    }
+    result = _record(
+        args,
+        precision,
+        world,
+        examples,
+        state["global_batch_size"],
+        state["steps_per_epoch"],
+        state["train_seconds"],
+        state["history"],
+    )
     saved = export_pytorch_candidate(model.eval(), Path(args.saved_model_dir), mirror_average)
     write_history(saved / HISTORY_FILE, result)
     log.info("rank 0 exported %s", saved)

@@ -52,7 +52,7 @@ PLACEHOLDER = re.compile(r"\{\{\s*([^{}]+?)\s*\}\}")
 SPRIG_REPLACE = re.compile(r"^=sprig\.replace\('(.*?)', '(.*?)', inputs\.parameters\['(.+?)'\]\)$")
 
 
-def render_tfjob(
+def render_job(
     overlay: list[dict], name: str, model_type: str, template: str = "train"
 ) -> tuple[dict, dict]:
     """(job, parameter values) from the WorkflowTemplate's ``train`` (TFJob) or
@@ -89,15 +89,25 @@ def condition(job: dict, kind: str) -> bool:
     return any(c["type"] == kind and c["status"] == "True" for c in conds)
 
 
+def wait_for_condition(kubectl: Kubectl, job: dict, kind: str) -> dict:
+    """The job (TFJob or PyTorchJob, as created) once it has condition ``kind``."""
+    ref = f"{job['kind'].lower()}/{job['metadata']['name']}"
+    ns = job["metadata"]["namespace"]
+    return wait_until(
+        lambda: (j := kubectl.json("get", ref, "-n", ns)) and condition(j, kind) and j,
+        timeout=WORKERS_TIMEOUT_S,
+        what=f"{ref} {kind}",
+    )
+
+
 def test_tfjob_succeeds_with_tf_config_pvc_resources_restricted(
     platform, kubectl, kubeconfig, overlay, namespace
 ):
     setup_namespace(kubectl, kubeconfig, overlay, namespace)
     name = f"e2e-{uuid.uuid4().hex[:6]}"
-    job, params = render_tfjob(overlay, name, "cnn")
+    job, params = render_job(overlay, name, "cnn")
     job["metadata"]["namespace"] = namespace
     kubectl.apply(job)
-    tfjob = f"tfjob/{job['metadata']['name']}"
     workers = int(params["workers"])
     assert workers == 2
 
@@ -109,13 +119,7 @@ def test_tfjob_succeeds_with_tf_config_pvc_resources_restricted(
         return pods if len(pods) == workers else None
 
     pods = wait_until(worker_pods, timeout=WORKERS_TIMEOUT_S, what=f"{workers} worker pods")
-    final = wait_until(
-        lambda: (
-            (j := kubectl.json("get", tfjob, "-n", namespace)) and condition(j, "Succeeded") and j
-        ),
-        timeout=WORKERS_TIMEOUT_S,
-        what=f"{tfjob} Succeeded",
-    )
+    final = wait_for_condition(kubectl, job, "Succeeded")
     platform.check_alive()
     assert final["status"]["replicaStatuses"]["Worker"]["succeeded"] == workers
 
@@ -144,20 +148,12 @@ def test_tfjob_with_a_failing_worker_fails(platform, kubectl, kubeconfig, overla
     """A worker exiting 1 (non-retryable under restartPolicy ExitCode) fails the TFJob: the
     ``Failed`` condition the pipeline's failureCondition reads, within a bounded time."""
     setup_namespace(kubectl, kubeconfig, overlay, namespace)
-    job, _ = render_tfjob(overlay, f"e2e-{uuid.uuid4().hex[:6]}", "dropout")
+    job, _ = render_job(overlay, f"e2e-{uuid.uuid4().hex[:6]}", "dropout")
     job["metadata"]["namespace"] = namespace
     worker = job["spec"]["tfReplicaSpecs"]["Worker"]["template"]
     worker["metadata"].setdefault("labels", {})[E2E_LABEL_FAIL] = "true"
     kubectl.apply(job)
-    final = wait_until(
-        lambda: (
-            (j := kubectl.json("get", f"tfjob/{job['metadata']['name']}", "-n", namespace))
-            and condition(j, "Failed")
-            and j
-        ),
-        timeout=WORKERS_TIMEOUT_S,
-        what="TFJob Failed",
-    )
+    final = wait_for_condition(kubectl, job, "Failed")
     assert not condition(final, "Succeeded")
     platform.check_alive()
 
@@ -170,7 +166,7 @@ def test_pytorchjob_gets_the_operators_environment_and_succeeds(
     replica) and RANK (Master 0, Worker i -> i + 1), and reports Succeeded when the Master did,
     which is what the step's successCondition reads."""
     setup_namespace(kubectl, kubeconfig, overlay, namespace)
-    job, params = render_tfjob(overlay, f"e2e-{uuid.uuid4().hex[:6]}", "pytorch", "train-pytorch")
+    job, params = render_job(overlay, f"e2e-{uuid.uuid4().hex[:6]}", "pytorch", "train-pytorch")
     job["metadata"]["namespace"] = namespace
     kubectl.apply(job)
     name = job["metadata"]["name"]
@@ -184,15 +180,7 @@ def test_pytorchjob_gets_the_operators_environment_and_succeeds(
         return pods if len(pods) == world else None
 
     pods = wait_until(replica_pods, timeout=WORKERS_TIMEOUT_S, what=f"{world} replica pods")
-    final = wait_until(
-        lambda: (
-            (j := kubectl.json("get", f"pytorchjob/{name}", "-n", namespace))
-            and condition(j, "Succeeded")
-            and j
-        ),
-        timeout=WORKERS_TIMEOUT_S,
-        what=f"pytorchjob/{name} Succeeded",
-    )
+    final = wait_for_condition(kubectl, job, "Succeeded")
     platform.check_alive()
     assert final["status"]["replicaStatuses"]["Master"]["succeeded"] == 1
     ranks = {}
@@ -223,22 +211,14 @@ def test_pytorchjob_gets_the_operators_environment_and_succeeds(
 def test_pytorchjob_with_a_failing_master_fails(platform, kubectl, kubeconfig, overlay, namespace):
     """The Master exiting 1 fails the PyTorchJob (the ``Failed`` condition the step reads)."""
     setup_namespace(kubectl, kubeconfig, overlay, namespace)
-    job, _ = render_tfjob(overlay, f"e2e-{uuid.uuid4().hex[:6]}", "pytorch", "train-pytorch")
+    job, _ = render_job(overlay, f"e2e-{uuid.uuid4().hex[:6]}", "pytorch", "train-pytorch")
     job["metadata"]["namespace"] = namespace
     master = job["spec"]["pytorchReplicaSpecs"]["Master"]["template"] = copy.deepcopy(
         job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]
     )  # the manifest shares one pod template between Master and Worker (a YAML anchor)
     master["metadata"].setdefault("labels", {})[E2E_LABEL_FAIL] = "true"
     kubectl.apply(job)
-    final = wait_until(
-        lambda: (
-            (j := kubectl.json("get", f"pytorchjob/{job['metadata']['name']}", "-n", namespace))
-            and condition(j, "Failed")
-            and j
-        ),
-        timeout=WORKERS_TIMEOUT_S,
-        what="PyTorchJob Failed",
-    )
+    final = wait_for_condition(kubectl, job, "Failed")
     assert not condition(final, "Succeeded")
     platform.check_alive()
 
