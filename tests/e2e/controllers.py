@@ -750,6 +750,18 @@ def provide_volume(admin: Path, pvc: dict, namespace: str) -> None:
     if not kubectl(admin, "get", "storageclass", sc, "--ignore-not-found", "-o", "name"):
         kubectl(admin, "apply", "-f", "-", input=json.dumps(storage_class))
     kubectl(admin, "apply", "-f", "-", input=json.dumps(pv))
-    claim = json.loads(json.dumps(pvc))
-    claim["metadata"]["namespace"] = namespace
+    # Only the declared fields: a claim read back from the server carries its resourceVersion,
+    # and the PV controller may bind it (a write) between that read and this apply, which would
+    # then fail with a Conflict (seen in CI).
+    meta = pvc["metadata"]
+    claim = {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {
+            "name": meta["name"],
+            "namespace": namespace,
+            **({"labels": meta["labels"]} if meta.get("labels") else {}),
+        },
+        "spec": {k: spec[k] for k in ("accessModes", "resources", "storageClassName") if k in spec},
+    }
     kubectl(admin, "apply", "-f", "-", input=json.dumps(claim))
