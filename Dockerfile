@@ -18,11 +18,17 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 RUN groupadd --gid 1000 app && useradd --uid 1000 --gid 1000 --create-home --shell /usr/sbin/nologin app
 
 WORKDIR /opt/app
-# Dependencies first (pinned in pyproject.toml), for layer caching.
-COPY pyproject.toml README.md ./
+# Dependencies first, read from pyproject.toml alone (its [project] dependencies and the
+# EXTRAS' optional-dependencies, pinned there), so that a change to src/ or README.md
+# rebuilds only the small layer below (layer caching: docker build, buildah --layers).
+COPY pyproject.toml ./
+RUN python -c 'import sys, tomllib; p = tomllib.load(open("pyproject.toml", "rb"))["project"]; \
+print("\n".join(p["dependencies"] + [d for e in sys.argv[1].split(",") if e \
+for d in p["optional-dependencies"][e]]))' "${EXTRAS}" > /tmp/requirements.txt \
+    && pip install -r /tmp/requirements.txt && rm -rf /root/.cache /tmp/requirements.txt
+COPY README.md ./
 COPY src ./src
-RUN if [ -n "${EXTRAS}" ]; then pip install ".[${EXTRAS}]"; else pip install .; fi \
-    && rm -rf /root/.cache
+RUN pip install --no-deps . && rm -rf /root/.cache build
 
 USER 1000:1000
 ENV HOME=/home/app

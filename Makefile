@@ -34,7 +34,7 @@ PYTEST_ARGS ?=
 TOOLS := scripts/tools.sh
 KUBECONFORM_BIN = $(shell $(TOOLS) --bin kubeconform 2>/dev/null)
 
-.PHONY: help venv demo test test-fast lint validate tools kubeconform e2e loadtest-local bench bench-train bench-serve clean
+.PHONY: help venv demo test test-fast lint validate tools kubeconform e2e e2e-images loadtest-local bench bench-train bench-serve clean
 
 help: ## list targets and variables
 	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -72,7 +72,10 @@ tools: ## build every pinned Go tool missing from the cache (kube-apiserver, etc
 kubeconform: ## build kubeconform (the binary `make validate` runs) if missing
 	$(TOOLS) kubeconform
 
-e2e: $(STAMP) tools ## start the real control plane (kwokctl + local binaries), run tests/e2e, always tear down
+e2e-images: $(STAMP) tools ## build the real node's images (pause, Python base, the project image) if missing
+	scripts/e2e-images.sh
+
+e2e: $(STAMP) tools e2e-images ## start the real control plane and real node, run tests/e2e, always tear down
 	scripts/e2e-cluster.sh run -- $(PY) -m pytest tests/e2e $(PYTEST_ARGS)
 
 validate: $(STAMP) kubeconform ## render every kustomization and validate the manifests (no ML tests)

@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # The e2e control plane: a real kube-apiserver (RBAC + default admission), etcd,
 # kube-controller-manager and kube-scheduler, plus kwok's controller for simulated nodes and
-# pod lifecycles (hack/e2e/kwok-stages.yaml), all local processes on 127.0.0.1 started by
+# pod lifecycles (hack/e2e/kwok-stages.yaml), all local processes started by
 # `kwokctl create cluster --runtime binary` from the binaries scripts/tools.sh built at the
-# versions in versions.env. No download, no container. See docs/e2e.md.
+# versions in versions.env, and a real node (scripts/e2e-node.sh: containerd, kubelet,
+# kube-proxy, CoreDNS) whose containers run the images of scripts/e2e-images.sh. No download.
+# Everything runs in a network + mount namespace that the run creates (no uplink: every
+# request of the tests stays inside it) and that goes with its last process. See docs/e2e.md.
 #
 # Usage:
 #   scripts/e2e-cluster.sh run -- CMD [ARG...]   start, run CMD with the cluster's env, ALWAYS
@@ -11,8 +14,12 @@
 #   scripts/e2e-cluster.sh up                    start and print the env file to source
 #   scripts/e2e-cluster.sh down E2E_DIR          stop the cluster `up` started in E2E_DIR
 #
-# CMD sees: KUBECONFIG (admin), KUBECTL (kubectl 1.34 built here), FMNIST_E2E_DIR,
-# FMNIST_E2E_KUBECONFIG, FMNIST_E2E_CLUSTER, PATH with the tool bin dirs first.
+# CMD runs inside the run's namespaces and sees: KUBECONFIG (admin), KUBECTL (kubectl 1.34 built
+# here), FMNIST_E2E_DIR, FMNIST_E2E_KUBECONFIG, FMNIST_E2E_CLUSTER, FMNIST_E2E_REAL_NODE (the
+# real node's name, empty without one), PATH with the tool bin dirs first. From `up`, the env
+# file's $KUBECTL is a wrapper that enters the run's network namespace (the API server is on
+# its 127.0.0.1); `$E2E_DIR/enter CMD...` runs any command there.
+# FMNIST_E2E_REAL_NODE=0: no real node (kwok nodes only; needs neither root's cgroups nor images).
 # E2E_DIR (default: a new /tmp/fmnist-e2e.XXXXXX) holds the cluster's pki, etcd data and logs;
 # it is removed after a passing run and kept (path printed) after a failing one.
 set -euo pipefail
@@ -23,6 +30,8 @@ STAGES="$ROOT/hack/e2e/kwok-stages.yaml"
 NODES="$ROOT/hack/e2e/nodes.yaml"
 NAME="${FMNIST_E2E_CLUSTER:-fmnist-e2e}"
 START_TIMEOUT="${FMNIST_E2E_START_TIMEOUT:-120}"
+REAL_NODE="${FMNIST_E2E_REAL_NODE:-1}"
+NODE_IP=10.244.0.1 # scripts/e2e-node.sh: the bridge, the node, the API server's advertise address
 
 log() { printf 'e2e-cluster: %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -47,10 +56,37 @@ run_pids() {
   done
 }
 
+# The run's network + mount namespace: held by one process (its PID in $E2E_DIR/netns.pid),
+# entered by every other one with nsenter (not `ip netns exec`, which remounts /sys and hides
+# the cgroup hierarchies). Only loopback; the real node adds its bridge.
+netns_create() {
+  unshare --net --mount --propagation private -- \
+    bash -c 'ip link set lo up && echo ok > "$1" && exec sleep infinity' _ "$E2E_DIR/netns.ok" \
+    < /dev/null > /dev/null 2>&1 &
+  echo $! > "$E2E_DIR/netns.pid"
+  disown
+  local i
+  for ((i = 0; i < 50; i++)); do [[ -f "$E2E_DIR/netns.ok" ]] && break; sleep 0.1; done
+  [[ -f "$E2E_DIR/netns.ok" ]] || die "could not create the run's network namespace (root needed)"
+  cat > "$E2E_DIR/enter" <<EOF
+#!/bin/sh
+# run a command in the network and mount namespace of the e2e run in $E2E_DIR
+exec nsenter --target "\$(cat '$E2E_DIR/netns.pid')" --net --mount --wd="\$PWD" -- "\$@"
+EOF
+  chmod +x "$E2E_DIR/enter"
+}
+in_netns() { "$E2E_DIR/enter" "$@"; }
+
 up() {
   bins
   E2E_DIR="${E2E_DIR:-$(mktemp -d "${TMPDIR:-/tmp}/fmnist-e2e.XXXXXX")}"
   mkdir -p "$E2E_DIR"
+  E2E_DIR="$(cd "$E2E_DIR" && pwd -P)"
+  if [[ "$REAL_NODE" != 0 ]]; then
+    "$ROOT/scripts/e2e-images.sh" --archives >/dev/null \
+      || die "the real node's images are not built: run scripts/e2e-images.sh (or FMNIST_E2E_REAL_NODE=0)"
+  fi
+  netns_create
   local t0 cfg="$E2E_DIR/kwokctl.yaml"
   t0="$(date +%s%N)"
   # Binary paths, 127.0.0.1 only, RBAC + default admission plugins, no downloads.
@@ -78,14 +114,40 @@ componentsPatches:
       - key: use-service-account-credentials
         value: "true"
 EOF
+  if [[ "$REAL_NODE" != 0 ]]; then
+    local pki="$E2E_DIR/kwok/clusters/$NAME/pki"
+    # The real node (scripts/e2e-node.sh): the API server is reached on the bridge too
+    # (pods: kubernetes.default = 10.0.0.1 -> kube-proxy -> $NODE_IP), advertises that address
+    # (the namespace has no default route to take one from), authenticates to the kubelet
+    # (logs, exec) and verifies its serving certificate; the namespaces of real-node pods opt in
+    # through PodNodeSelector / PodTolerationRestriction. kwok leaves that node alone: it manages
+    # only the nodes annotated kwok.x-k8s.io/node=fake (its binary runtime manages all by default).
+    cat >> "$cfg" <<EOF
+  - name: kube-apiserver
+    extraArgs:
+      - {key: bind-address, value: 0.0.0.0, override: true}
+      - {key: advertise-address, value: $NODE_IP}
+      - {key: kubelet-client-certificate, value: $pki/admin.crt}
+      - {key: kubelet-client-key, value: $pki/admin.key}
+      - {key: kubelet-certificate-authority, value: $pki/ca.crt}
+      - {key: kubelet-preferred-address-types, value: "InternalIP,Hostname"}
+      - {key: enable-admission-plugins, value: "PodNodeSelector,PodTolerationRestriction"}
+  - name: kwok-controller
+    extraArgs:
+      - {key: manage-all-nodes, value: "false", override: true}
+      - {key: manage-nodes-with-annotation-selector, value: kwok.x-k8s.io/node=fake}
+EOF
+    sed -i "s|^  quietPull: true|  kubeApiserverCertSANs: [10.0.0.1, $NODE_IP]\n&|" "$cfg"
+  fi
   log "starting $NAME in $E2E_DIR"
-  if ! kwokctl create cluster --config "$cfg" --config "$STAGES" \
+  if ! in_netns env KWOK_WORKDIR="$E2E_DIR/kwok" "$KWOK_BIN/kwokctl" --name "$NAME" \
+      create cluster --config "$cfg" --config "$STAGES" \
       --kubeconfig "$E2E_DIR/kubeconfig" --timeout "${START_TIMEOUT}s" --wait "${START_TIMEOUT}s" \
       > "$E2E_DIR/create.log" 2>&1; then
     cat "$E2E_DIR/create.log" >&2
     die "kwokctl create cluster failed (logs: $E2E_DIR/kwok/clusters/$NAME/logs)"
   fi
-  local kc=("$K8S_BIN/kubectl" --kubeconfig "$E2E_DIR/kubeconfig")
+  local kc=(in_netns "$K8S_BIN/kubectl" --kubeconfig "$E2E_DIR/kubeconfig")
   "${kc[@]}" apply -f "$NODES" >/dev/null
   "${kc[@]}" wait --for=condition=Ready node --all --timeout="${START_TIMEOUT}s" >/dev/null
   # The controller-manager's ServiceAccount controller creates "default" in every namespace;
@@ -96,14 +158,27 @@ EOF
     sleep 0.5
   done
   "${kc[@]}" get serviceaccount default -n default >/dev/null || die "no default ServiceAccount (controller-manager down?)"
-  cat > "$E2E_DIR/env" <<EOF
+  local node_name=""
+  if [[ "$REAL_NODE" != 0 ]]; then
+    in_netns "$ROOT/scripts/e2e-node.sh" start "$E2E_DIR"
+    node_name=fmnist-e2e-node
+  fi
+  # inside the namespaces (run's CMD) and from the caller's shell (`up`)
+  cat > "$E2E_DIR/env.inside" <<EOF
 export FMNIST_E2E_DIR='$E2E_DIR'
 export FMNIST_E2E_CLUSTER='$NAME'
 export FMNIST_E2E_KUBECONFIG='$E2E_DIR/kubeconfig'
+export FMNIST_E2E_REAL_NODE='$node_name'
+export FMNIST_E2E_REAL_NODE_DISABLED='$([[ "$REAL_NODE" == 0 ]] && echo 1)'
 export KUBECONFIG='$E2E_DIR/kubeconfig'
 export KUBECTL='$K8S_BIN/kubectl'
 export PATH='$K8S_BIN:$ETCD_BIN:$KWOK_BIN':"\$PATH"
 EOF
+  mkdir -p "$E2E_DIR/bin"
+  printf '#!/bin/sh\nexec %q %q "$@"\n' "$E2E_DIR/enter" "$K8S_BIN/kubectl" > "$E2E_DIR/bin/kubectl"
+  chmod +x "$E2E_DIR/bin/kubectl"
+  sed -e "s|^export KUBECTL=.*|export KUBECTL='$E2E_DIR/bin/kubectl'|" \
+    -e "s|^export PATH='|export PATH='$E2E_DIR/bin:|" "$E2E_DIR/env.inside" > "$E2E_DIR/env"
   local ms=$((($(date +%s%N) - t0) / 1000000))
   echo "$ms" > "$E2E_DIR/start-ms"
   log "ready in $((ms / 1000)).$((ms % 1000 / 100)) s: source $E2E_DIR/env"
@@ -114,10 +189,19 @@ down() {
   E2E_DIR="${1:-${E2E_DIR:-}}"
   [[ -n "$E2E_DIR" ]] || die "usage: $0 down E2E_DIR (the directory \`up\` printed)"
   bins
+  local holder="" node_failed=0
+  if [[ -f "$E2E_DIR/netns.pid" ]] && kill -0 "$(cat "$E2E_DIR/netns.pid")" 2>/dev/null; then
+    holder="$(cat "$E2E_DIR/netns.pid")"
+  fi
+  if [[ -n "$holder" && -d "$E2E_DIR/kwok/node" ]]; then
+    # first, while the API server runs: the node's pods, then the node (it checks what is left)
+    in_netns "$ROOT/scripts/e2e-node.sh" stop "$E2E_DIR" || node_failed=1
+  fi
+  # (kwokctl stops its processes by their PID files: no need to enter the namespace)
   if [[ -f "$E2E_DIR/kwokctl.yaml" ]]; then
     kwokctl delete cluster > "$E2E_DIR/delete.log" 2>&1 \
       || log "kwokctl delete cluster failed (see $E2E_DIR/delete.log)"
-  elif [[ -z "$(run_pids)" ]]; then
+  elif [[ -z "$(run_pids)" && -z "$holder" ]]; then
     log "no e2e cluster in $E2E_DIR"; return 0
   fi
   local pids i
@@ -133,6 +217,13 @@ down() {
   done
   pids="$(run_pids)"
   [[ -z "$pids" ]] || die "processes of $E2E_DIR left behind: $pids"
+  # the namespaces go with their last process
+  if [[ -n "$holder" ]]; then
+    kill -KILL "$holder" 2>/dev/null || true
+    for ((i = 0; i < 20; i++)); do kill -0 "$holder" 2>/dev/null || break; sleep 0.1; done
+    ! kill -0 "$holder" 2>/dev/null || die "the run's namespace holder $holder is still running"
+  fi
+  ((node_failed == 0)) || die "the real node left something behind (see above)"
   log "stopped $NAME; no process left"
 }
 
@@ -158,8 +249,7 @@ run() {
   trap 'stop 143' TERM
   trap 'stop 1' EXIT
   up
-  # shellcheck disable=SC1091
-  (source "$E2E_DIR/env" && exec "$@") &
+  in_netns bash -c 'source "$1/env.inside" && shift && exec "$@"' _ "$E2E_DIR" "$@" &
   child=$!
   wait "$child" || rc=$?
   child=""

@@ -14,6 +14,7 @@
 #
 # Cache: ${FMNIST_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/fashion-mnist-gitops/tools}/
 #        <tool>-<version>-<first 10 hex of sha256(recipe file)>/bin/<binaries>
+#        (the hash covers the recipes it sources, e.g. kube-node.sh sources kubernetes.sh)
 # Each entry keeps build.log, build-seconds (wall) and build-time ("wall user sys" seconds).
 # A build runs in a temp dir beside it and is renamed into place atomically, under a flock,
 # so an interrupted or concurrent build never leaves a half-filled cache entry.
@@ -83,9 +84,21 @@ recipe_entry() {
     raw="$(versions_get "$TOOL_VERSION_KEY")"
     if declare -F tool_module_version >/dev/null; then ver="$(tool_module_version "$raw")"
     else ver="v${raw#v}"; fi
-    hash="$(sha256sum "$file" | cut -c1-10)"
+    hash="$(recipe_hash "$file")"
     printf '%s %s\n' "$ver" "$CACHE/$tool-$ver-$hash"
   )
+}
+
+# sha256 of a recipe and of the recipes it sources (`source "$(dirname ...)/NAME.sh"`), so an
+# edit of an included recipe rebuilds the one that includes it.
+recipe_hash() { # FILE -> first 10 hex digits
+  local file="$1" inc
+  {
+    cat "$file"
+    for inc in $(sed -n 's|^source .*/\([a-z0-9-]*\.sh\)"\{0,1\}$|\1|p' "$file"); do
+      cat "$RECIPES/$inc"
+    done
+  } | sha256sum | cut -c1-10
 }
 
 recipe_names() { local f; for f in "$RECIPES"/*.sh; do basename "$f" .sh; done; }

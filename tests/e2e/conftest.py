@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from e2e_kube import Kubectl, wait_until
+from e2e_kube import REPO_ROOT, Kubectl, wait_until
 
 
 @pytest.fixture(scope="session")
@@ -59,6 +59,15 @@ def platform(kubectl: Kubectl, kubeconfig: Path, tmp_path_factory: pytest.TempPa
     p = controllers.acquire_platform(kubeconfig, tmp_path_factory.mktemp("controllers"))
     yield p
     controllers.release_platform()
+
+
+@pytest.fixture(scope="module")
+def overlay(kubectl: Kubectl) -> list[dict]:
+    """The rendered local-k3d overlay (``kubectl kustomize overlays/local-k3d``), as a list."""
+    import yaml
+
+    rendered = kubectl("kustomize", str(REPO_ROOT / "overlays" / "local-k3d"))
+    return [d for d in yaml.safe_load_all(rendered) if d]
 
 
 @pytest.fixture

@@ -719,11 +719,12 @@ def release_platform() -> None:
 # --- helpers for the tests that run the project's workloads ------------------------------------
 
 
-def provide_volume(admin: Path, pvc: dict, namespace: str) -> None:
+def provide_volume(admin: Path, pvc: dict, namespace: str, host_path: Path | None = None) -> None:
     """Make the project's PVC bindable on the kwok cluster: its StorageClass (k3s' local-path:
     rancher.io/local-path, WaitForFirstConsumer; no provisioner runs here) and a PersistentVolume
-    pre-bound to ``namespace``/``pvc`` (hostPath, never mounted: no container runs), so the real
-    PV controller binds the claim and the scheduler places the pods that mount it."""
+    pre-bound to ``namespace``/``pvc`` (hostPath: never mounted on a kwok node; mounted for real
+    by the real node's kubelet, at ``host_path``, which the caller prepares: real_node.py), so
+    the real PV controller binds the claim and the scheduler places the pods that mount it."""
     spec = pvc["spec"]
     sc = spec.get("storageClassName") or "standard"
     storage_class = {
@@ -743,7 +744,7 @@ def provide_volume(admin: Path, pvc: dict, namespace: str) -> None:
             "accessModes": spec["accessModes"],
             "storageClassName": sc,
             "persistentVolumeReclaimPolicy": "Delete",
-            "hostPath": {"path": f"/tmp/e2e-pv/{namespace}"},
+            "hostPath": {"path": str(host_path or f"/tmp/e2e-pv/{namespace}")},
             "claimRef": {"namespace": namespace, "name": pvc["metadata"]["name"]},
         },
     }

@@ -27,18 +27,10 @@ import uuid
 from pathlib import Path
 
 import controllers
-import pytest
 import yaml
-from e2e_kube import E2E_LABEL_FAIL, REPO_ROOT, Kubectl, wait_until
+from e2e_kube import E2E_LABEL_FAIL, Kubectl, wait_until
 
-OVERLAY = REPO_ROOT / "overlays" / "local-k3d"
 WORKERS_TIMEOUT_S = 120
-
-
-@pytest.fixture(scope="module")
-def overlay(kubectl: Kubectl) -> list[dict]:
-    """The rendered local-k3d overlay."""
-    return [d for d in yaml.safe_load_all(kubectl("kustomize", str(OVERLAY))) if d]
 
 
 def one(objs: list[dict], kind: str) -> dict:

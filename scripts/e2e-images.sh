@@ -1,0 +1,145 @@
+#!/usr/bin/env bash
+# The images the e2e's real node runs (scripts/e2e-node.sh imports them; nothing is pulled
+# from a registry), built here with buildah (Debian) and the runc of scripts/tools.sh, into a
+# cache OUTSIDE the clone keyed by each image's recipe and inputs: a second run rebuilds
+# nothing. Each image's recipe is the function named after it below.
+#
+#   pause      registry.k8s.io/pause:PAUSE_VERSION  k8s.io/kubernetes' build/pause/linux/pause.c
+#              (upstream's CFLAGS, FROM scratch, USER 65535:65535)
+#   python     fmnist-python-base:3.11-bookworm       debootstrap minbase + Debian's python3 and
+#              pip (the Dockerfile's PYTHON_BASE_IMAGE; python:3.11-slim cannot be pulled here)
+#   ml         the pipeline's `image` as overlays/local-k3d renders it, from the repo's
+#              Dockerfile (buildah bud --layers: a change to src/ rebuilds only its last layer)
+#
+# Usage:
+#   scripts/e2e-images.sh              build what is missing from the cache
+#   scripts/e2e-images.sh --archives   print each image's archive (docker-archive tar), in
+#                                      order; exit 1 if one is not built
+#   scripts/e2e-images.sh --list       print "IMAGE REFERENCE ARCHIVE STATE"
+# Cache: ${FMNIST_IMAGES_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/fashion-mnist-gitops/images}/
+#        <image>-<first 12 hex of the key>.tar; the key hashes the image's recipe function,
+#        its reference and its inputs (for ml: the base's key and the build context). Needs root, buildah and debootstrap (apt; .ci/run installs them).
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck disable=SC1091
+source "$ROOT/scripts/lib.sh"
+CACHE="${FMNIST_IMAGES_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/fashion-mnist-gitops/images}"
+DEBIAN_MIRROR="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
+BASE_REF=localhost/fmnist-python-base:3.11-bookworm
+IMAGES=(pause python ml)
+BUILD_TMP=""
+trap 'if [[ -n "$BUILD_TMP" ]]; then rm -rf "$BUILD_TMP"; fi' EXIT
+
+k8s_module_dir() {
+  go mod download -json "k8s.io/kubernetes@v${KUBERNETES_VERSION#v}" \
+    | "${PYTHON}" -c 'import json, sys; print(json.load(sys.stdin)["Dir"])'
+}
+
+ref_of() { # IMAGE -> the reference pods ask for (what the kubelet's CRI call names)
+  case "$1" in
+    pause) echo "registry.k8s.io/pause:$PAUSE_VERSION" ;;
+    python) echo "$BASE_REF" ;;
+    ml) local r; r="$(overlay_param local-k3d image)"
+        [[ "$r" == */*/* ]] || r="docker.io/$r"; echo "$r" ;;
+  esac
+}
+
+inputs_of() { # IMAGE -> what its key hashes besides its recipe and reference
+  case "$1" in
+    pause) cat "$(k8s_module_dir)/build/pause/linux/pause.c" ;;
+    python) echo "$DEBIAN_MIRROR bookworm" ;;
+    ml) # the base it is built on, and what .dockerignore lets into the build context
+      archive_of python
+      (cd "$ROOT" && cat Dockerfile pyproject.toml README.md \
+        && find src -type f ! -path '*/__pycache__/*' ! -path '*.egg-info/*' -print0 \
+        | LC_ALL=C sort -z | xargs -0 sha256sum) ;;
+  esac
+}
+
+archive_of() { # IMAGE -> its cache path; the key: its recipe, reference and inputs
+  local key
+  key="$({ declare -f "build_$1"; ref_of "$1"; inputs_of "$1"; } | sha256sum | cut -c1-12)"
+  echo "$CACHE/$1-$key.tar"
+}
+
+# --- recipes: each builds image $1 as buildah image $2 ------------------------------------------
+
+build_pause() {
+  local dir c
+  dir="$(mktemp -d)"
+  gcc -Os -Wall -Werror -static "-DVERSION=v$PAUSE_VERSION-0" \
+    -o "$dir/pause" "$(k8s_module_dir)/build/pause/linux/pause.c"
+  c="$(buildah from scratch)"
+  buildah copy "$c" "$dir/pause" /pause >/dev/null
+  buildah config --user 65535:65535 --entrypoint '["/pause"]' "$c"
+  buildah commit --rm "$c" "$2" >/dev/null
+  rm -rf "$dir"
+}
+
+build_python() {
+  local c m
+  c="$(buildah from scratch)"
+  m="$(buildah mount "$c")"
+  debootstrap --variant=minbase --include=python3,python3-pip,python-is-python3,ca-certificates \
+    bookworm "$m" "$DEBIAN_MIRROR" > "$BUILD_TMP/debootstrap.log" 2>&1 \
+    || { tail -20 "$BUILD_TMP/debootstrap.log" >&2; return 1; }
+  # like python:slim, pip installs into the system's Python (PEP 668 marker removed)
+  rm -f "$m/usr/lib/python3.11/EXTERNALLY-MANAGED"
+  rm -rf "$m"/var/lib/apt/lists/* "$m"/var/cache/apt/*.bin "$m"/var/log/*
+  buildah umount "$c" >/dev/null
+  buildah config --env LANG=C.UTF-8 --cmd '["python3"]' "$c"
+  buildah commit --rm "$c" "$2" >/dev/null
+}
+
+build_ml() {
+  local runc
+  runc="$("$ROOT/scripts/tools.sh" --bin runc)" || die "build runc first: scripts/tools.sh runc"
+  # pip reaches PyPI through this machine's CA bundle: mounted for the build only, nothing of
+  # it is in the image
+  buildah bud --runtime "$runc" --pull=never --layers --network host \
+    -v /etc/ssl/certs/ca-certificates.crt:/etc/ssl/certs/ca-certificates.crt:ro \
+    --build-arg "PYTHON_BASE_IMAGE=$BASE_REF" -t "$2" "$ROOT" > "$BUILD_TMP/build.log" 2>&1 \
+    || { tail -30 "$BUILD_TMP/build.log" >&2; return 1; }
+}
+
+build() {
+  local image="$1" archive ref t0
+  archive="$(archive_of "$image")"
+  ref="$(ref_of "$image")"
+  if [[ -f "$archive" ]]; then log "$image: cached ($archive)"; return 0; fi
+  need buildah
+  mkdir -p "$CACHE"
+  exec 8>"$CACHE/.lock-$image"
+  flock 8
+  if [[ -f "$archive" ]]; then log "$image: built by a concurrent run"; return 0; fi
+  BUILD_TMP="$(mktemp -d "$CACHE/.tmp-$image-XXXXXX")"
+  t0="$(date +%s)"
+  log "$image: building $ref"
+  "build_$image" "$image" "$ref"
+  buildah push --quiet "$ref" "docker-archive:$BUILD_TMP/image.tar:$ref" >/dev/null
+  mv "$BUILD_TMP/image.tar" "$archive"
+  # older archives of this image are superseded (the buildah store keeps its layers)
+  find "$CACHE" -maxdepth 1 -name "$image-*.tar" ! -path "$archive" -delete
+  rm -rf "$BUILD_TMP"
+  BUILD_TMP=""
+  log "$image: built in $(($(date +%s) - t0)) s, $(du -h "$archive" | cut -f1) -> $archive"
+}
+
+case "${1:-}" in
+  "") for i in "${IMAGES[@]}"; do build "$i"; done ;;
+  --archives)
+    for i in "${IMAGES[@]}"; do
+      a="$(archive_of "$i")"
+      [[ -f "$a" ]] || die "image $i is not built: run scripts/e2e-images.sh"
+      echo "$a"
+    done ;;
+  --list)
+    for i in "${IMAGES[@]}"; do
+      a="$(archive_of "$i")"
+      echo "$i $(ref_of "$i") $a $([[ -f "$a" ]] && echo built || echo missing)"
+    done ;;
+  -h|--help)
+    echo "usage: scripts/e2e-images.sh [--archives|--list]"
+    sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' ;;
+  *) die "usage: scripts/e2e-images.sh [--archives|--list] (see --help)" ;;
+esac

@@ -1,0 +1,94 @@
+"""The e2e cluster's real node (scripts/e2e-node.sh): what a test needs to run real containers.
+
+The node (``$FMNIST_E2E_REAL_NODE``, set by scripts/e2e-cluster.sh) is a kubelet with containerd,
+runc, the CNI bridge, kube-proxy and CoreDNS, in the run's network namespace. It registers with
+the taint ``e2e.fashion-mnist/real-node=true:NoSchedule``: only the pods of a namespace that
+:func:`opt_in` annotated land there (the API server's PodNodeSelector and
+PodTolerationRestriction admission plugins add the node selector and the toleration to every
+pod of it), so the platform's pods and the other tests' pods stay on the kwok nodes.
+
+Its images are the ones scripts/e2e-images.sh built and the node imported (nothing can be
+pulled: the namespace has no uplink); :func:`imported_images` lists them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+from e2e_kube import REPO_ROOT, Kubectl
+
+NODE_LABEL = "e2e.fashion-mnist/real-node"
+NODE_IP = "10.244.0.1"
+CLUSTER_DOMAIN = "cluster.local"
+UID = 1000  # the project image's user (Dockerfile), which runs every pipeline container
+
+
+def node_name() -> str:
+    """The real node's name; pytest.fail when the cluster has none (the run was started with
+    FMNIST_E2E_REAL_NODE=0: then every test that needs it is skipped, saying so)."""
+    name = os.environ.get("FMNIST_E2E_REAL_NODE", "")
+    if not name:
+        if os.environ.get("FMNIST_E2E_REAL_NODE_DISABLED") == "1":
+            pytest.skip("started with FMNIST_E2E_REAL_NODE=0: no real node in this cluster")
+        pytest.fail(
+            "the e2e cluster has no real node (FMNIST_E2E_REAL_NODE unset): start it "
+            "with scripts/e2e-cluster.sh, which runs scripts/e2e-node.sh"
+        )
+    return name
+
+
+def node_dir() -> Path:
+    """The node's directory (logs, configs, images.txt) under the cluster's $FMNIST_E2E_DIR."""
+    return Path(os.environ["FMNIST_E2E_DIR"]) / "kwok" / "node"
+
+
+def opt_in(kubectl: Kubectl, namespace: str, restricted: bool = True) -> None:
+    """Send every pod of ``namespace`` to the real node (the namespace annotations of the
+    PodNodeSelector and PodTolerationRestriction admission plugins) and, by default, enforce
+    the ``restricted`` Pod Security Standard there as the project's namespace does."""
+    tolerations = json.dumps([{"key": NODE_LABEL, "operator": "Exists", "effect": "NoSchedule"}])
+    kubectl(
+        "annotate", "namespace", namespace, "--overwrite",
+        f"scheduler.alpha.kubernetes.io/node-selector={NODE_LABEL}=true",
+        f"scheduler.alpha.kubernetes.io/defaultTolerations={tolerations}",
+    )  # fmt: skip
+    if restricted:
+        kubectl(
+            "label", "namespace", namespace, "--overwrite",
+            "pod-security.kubernetes.io/enforce=restricted",
+        )  # fmt: skip
+
+
+def seeded_volume(namespace: str) -> Path:
+    """A hostPath directory for the namespace's PVC (controllers.provide_volume host_path), owned
+    by the image's user (a hostPath volume gets no fsGroup), with the offline tfds build of
+    Fashion-MNIST ($TFDS_DATA_DIR, ../shared/tfds in CI) copied to ``tfds/``, where the
+    pipeline's ingest finds it prepared and training reads it. Removed with the cluster's
+    directory."""
+    src = Path(os.environ.get("TFDS_DATA_DIR") or REPO_ROOT.parent / "shared" / "tfds")
+    if not (src / "fashion_mnist").is_dir():
+        pytest.fail(f"no tfds build of fashion_mnist in {src}: set MIRROR_DIR=../shared")
+    root = Path(os.environ["FMNIST_E2E_DIR"]) / "volumes" / namespace
+    shutil.copytree(src, root / "tfds", dirs_exist_ok=True)
+    for path in [root, *root.rglob("*")]:
+        os.chown(path, UID, UID)
+    root.chmod(0o755)
+    return root
+
+
+def imported_images() -> set[str]:
+    """The image references the node's containerd holds (images.txt, written at its start)."""
+    return {line for line in (node_dir() / "images.txt").read_text().split() if line}
+
+
+def ml_image(kubectl: Kubectl) -> str:
+    """The pipeline image as local-k3d deploys it (the WorkflowTemplate's ``image``)."""
+    import yaml
+
+    docs = yaml.safe_load_all(kubectl("kustomize", str(REPO_ROOT / "overlays" / "local-k3d")))
+    wt = next(d for d in docs if d and d["kind"] == "WorkflowTemplate")
+    return next(p["value"] for p in wt["spec"]["arguments"]["parameters"] if p["name"] == "image")

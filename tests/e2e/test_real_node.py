@@ -1,0 +1,227 @@
+"""Real containers on the e2e cluster's real node (scripts/e2e-node.sh, tests/e2e/real_node.py).
+
+Nothing here is simulated: the kubelet v1.34.1 runs the pods through containerd and runc, the
+CNI bridge gives them addresses, kube-proxy routes Service IPs, CoreDNS answers the cluster
+domain, and the containers are the project's own image, built offline from the repository's
+Dockerfile (scripts/e2e-images.sh). The TFJob test runs the WorkflowTemplate's ``train`` job
+through the real training-operator with two real TensorFlow workers that find each other by the
+TF_CONFIG host names and train with MultiWorkerMirroredStrategy across the two pods.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import controllers
+import pytest
+import real_node
+from e2e_kube import Kubectl, versions_env, wait_until
+from test_training_operator import condition, one, render_job
+
+REAL_TFJOB_TIMEOUT_S = 420
+
+
+@pytest.fixture
+def node() -> str:
+    """The real node's name (pytest.fail when the cluster has none)."""
+    return real_node.node_name()
+
+
+@pytest.fixture
+def real_ns(kubectl: Kubectl, namespace: str, node: str) -> str:
+    """A fresh namespace whose pods run on the real node, restricted Pod Security enforced."""
+    real_node.opt_in(kubectl, namespace)
+    return namespace
+
+
+def _pod(name: str, image: str, command: list[str], labels: dict | None = None) -> dict:
+    """A restricted pod (the project's security context and requests/limits) running ``command``."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": labels or {"app": name}},
+        "spec": {
+            "restartPolicy": "Never",
+            "securityContext": {
+                "runAsNonRoot": True,
+                "runAsUser": real_node.UID,
+                "seccompProfile": {"type": "RuntimeDefault"},
+            },
+            "containers": [
+                {
+                    "name": "main",
+                    "image": image,
+                    "imagePullPolicy": "IfNotPresent",
+                    "command": command,
+                    "resources": {
+                        "requests": {"cpu": "50m", "memory": "64Mi"},
+                        "limits": {"cpu": "500m", "memory": "512Mi"},
+                    },
+                    "securityContext": {
+                        "allowPrivilegeEscalation": False,
+                        "capabilities": {"drop": ["ALL"]},
+                    },
+                }
+            ],
+        },
+    }
+
+
+def _phase(kubectl: Kubectl, ns: str, name: str) -> str:
+    return kubectl.json("get", "pod", name, "-n", ns)["status"].get("phase", "")
+
+
+def test_the_real_node_is_the_kubelets_and_kwok_leaves_it_alone(kubectl, node):
+    """Registered by kubelet v1.34.1 over containerd at the pinned versions, Ready by the
+    kubelet's own report, tainted so that only opted-in pods land there, and not managed by kwok
+    (no kwok annotation: kwok-controller runs with an annotation selector)."""
+    v = versions_env()
+    n = kubectl.json("get", "node", node)
+    info = n["status"]["nodeInfo"]
+    assert info["kubeletVersion"] == f"v{v['KUBERNETES_VERSION']}"
+    assert info["kubeProxyVersion"] in ("", f"v{v['KUBERNETES_VERSION']}")  # deprecated field
+    assert info["containerRuntimeVersion"] == f"containerd://{v['CONTAINERD_VERSION'].lstrip('v')}"
+    ready = next(c for c in n["status"]["conditions"] if c["type"] == "Ready")
+    assert ready["status"] == "True" and ready["reason"] == "KubeletReady", ready
+    assert "kwok.x-k8s.io/node" not in (n["metadata"].get("annotations") or {})
+    taints = {(t["key"], t["effect"]) for t in n["spec"].get("taints") or []}
+    assert (real_node.NODE_LABEL, "NoSchedule") in taints
+    addresses = {a["type"]: a["address"] for a in n["status"]["addresses"]}
+    assert addresses["InternalIP"] == real_node.NODE_IP
+    # the kubelet wrote its own status with its node credentials (system:node:<name>)
+    full = kubectl.json("get", "node", node, "--show-managed-fields")
+    managers = {f["manager"] for f in full["metadata"]["managedFields"]}
+    assert "kubelet" in managers, managers
+
+
+def test_a_pod_of_the_project_image_resolves_services_and_reaches_the_api(kubectl, real_ns):
+    """The project image runs under restricted Pod Security; from inside it, CoreDNS resolves a
+    headless Service (the kind TF_CONFIG names) in the cluster domain to the pod's own IP and
+    ``kubernetes.default`` to its ClusterIP; the API server answers over that ClusterIP
+    (kube-proxy) with TLS verified against the pod's CA and its ServiceAccount token; the
+    API server's `logs` and `exec` reach the kubelet."""
+    image = real_node.ml_image(kubectl)
+    sleep = "print('started', flush=True)\nimport time\ntime.sleep(600)"
+    pod = _pod("dns", image, ["python", "-c", sleep])
+    svc = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "peers"},
+        "spec": {"clusterIP": "None", "selector": {"app": "dns"}, "ports": [{"port": 2222}]},
+    }
+    kubectl.apply([pod, svc], "-n", real_ns)
+    kubectl(
+        "wait", "--for=condition=Ready", "pod/dns", "-n", real_ns, "--timeout=120s", timeout=130
+    )
+    got = kubectl.json("get", "pod", "dns", "-n", real_ns)
+    assert got["spec"]["nodeName"] == real_node.node_name()
+    pod_ip = got["status"]["podIP"]
+    probe = f"""
+import json, socket, ssl, urllib.request
+sa = "/var/run/secrets/kubernetes.io/serviceaccount/"
+ctx = ssl.create_default_context(cafile=sa + "ca.crt")
+req = urllib.request.Request("https://kubernetes.default.svc/version",
+                             headers={{"Authorization": "Bearer " + open(sa + "token").read()}})
+print(json.dumps({{
+    "peer": socket.gethostbyname("peers.{real_ns}.svc.{real_node.CLUSTER_DOMAIN}"),
+    "short": socket.gethostbyname("peers"),
+    "kubernetes": socket.gethostbyname("kubernetes.default"),
+    "version": json.load(urllib.request.urlopen(req, context=ctx, timeout=10))["gitVersion"],
+}}))
+"""
+    out = kubectl("exec", "-n", real_ns, "dns", "--", "python", "-c", probe, timeout=60)
+    seen = json.loads(out.strip().splitlines()[-1])
+    assert seen["peer"] == pod_ip and seen["short"] == pod_ip, seen
+    assert seen["kubernetes"] == kubectl.json("get", "service", "kubernetes", "-n", "default")[
+        "spec"]["clusterIP"]  # fmt: skip
+    assert seen["version"] == f"v{versions_env()['KUBERNETES_VERSION']}"
+    assert "started" in kubectl("logs", "-n", real_ns, "dns")
+
+
+def test_an_image_that_was_not_imported_never_starts(kubectl, real_ns):
+    """Nothing can be pulled (no uplink): a pod whose image the node did not import waits in
+    ErrImagePull / ImagePullBackOff, while the pipeline image is among the imported ones."""
+    image = real_node.ml_image(kubectl)
+    assert f"docker.io/{image}" in real_node.imported_images()
+    missing = image.rsplit(":", 1)[0] + ":not-imported"
+    assert f"docker.io/{missing}" not in real_node.imported_images()
+    kubectl.apply(_pod("missing", missing, ["true"]), "-n", real_ns)
+
+    def waiting_reason():
+        st = kubectl.json("get", "pod", "missing", "-n", real_ns)["status"]
+        for c in st.get("containerStatuses") or []:
+            reason = (c["state"].get("waiting") or {}).get("reason")
+            if reason in ("ErrImagePull", "ImagePullBackOff"):
+                return reason
+        return None
+
+    wait_until(waiting_reason, timeout=90, what="ErrImagePull for an image not imported")
+    assert _phase(kubectl, real_ns, "missing") == "Pending"
+
+
+def _real_tfjob(kubectl, kubeconfig, overlay, ns: str, model_type: str) -> tuple[dict, object]:
+    """The pipeline's TFJob for ``model_type`` in ``ns`` on the real node, on a seeded volume,
+    cut to a budget that fits the e2e (1 epoch of 2,048 examples)."""
+    root = real_node.seeded_volume(ns)
+    controllers.provide_volume(kubeconfig, one(overlay, "PersistentVolumeClaim"), ns, root)
+    job, _ = render_job(overlay, f"rn-{uuid.uuid4().hex[:6]}", model_type)
+    job["metadata"]["namespace"] = ns
+    (c,) = job["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]["containers"]
+    args = c["args"]
+    args[args.index("--epochs") + 1] = "1"
+    args[args.index("--validation-examples") + 1] = "512"
+    args += ["--train-examples", "2048"]
+    return job, root
+
+
+def test_tfjob_trains_for_real_across_two_pods(kubectl, kubeconfig, overlay, real_ns, platform):
+    """The WorkflowTemplate's TFJob, created through the real training-operator: two real
+    TensorFlow workers resolve each other's TF_CONFIG host names (the operator's headless
+    Services, through CoreDNS), train one epoch with MultiWorkerMirroredStrategy across the two
+    pods, and only the chief (worker 0) exports a SavedModel onto the volume."""
+    job, root = _real_tfjob(kubectl, kubeconfig, overlay, real_ns, "cnn")
+    kubectl.apply(job)
+    name = job["metadata"]["name"]
+    ref = f"tfjob/{name}"
+
+    def finished():
+        j = kubectl.json("get", ref, "-n", real_ns)
+        return j if condition(j, "Succeeded") or condition(j, "Failed") else None
+
+    final = wait_until(finished, timeout=REAL_TFJOB_TIMEOUT_S, interval=2, what=f"{ref} finished")
+    logs = {i: kubectl.run("logs", "-n", real_ns, f"{name}-worker-{i}").stdout for i in (0, 1)}
+    assert condition(final, "Succeeded"), (final.get("status"), logs)
+    platform.check_alive()
+    assert "task worker:0 chief=True replicas=2" in logs[0], logs[0][-3000:]
+    assert "task worker:1 chief=False replicas=2" in logs[1], logs[1][-3000:]
+    assert "chief exported" in logs[0] and "chief exported" not in logs[1]
+    saved = list((root / "candidates" / "cnn").rglob("saved_model.pb"))
+    assert len(saved) == 1, saved
+    for i in (0, 1):
+        pod = kubectl.json("get", "pod", f"{name}-worker-{i}", "-n", real_ns)
+        assert pod["spec"]["nodeName"] == real_node.node_name()
+        (cs,) = pod["status"]["containerStatuses"]
+        assert cs["state"]["terminated"]["exitCode"] == 0
+
+
+def test_tfjob_with_a_worker_that_really_fails_fails(
+    kubectl, kubeconfig, overlay, real_ns, platform
+):
+    """A worker that exits 2 for real (an argument the trainer rejects: permanent under
+    restartPolicy ExitCode) fails the TFJob, promptly: the Failed condition the pipeline reads."""
+    job, _ = _real_tfjob(kubectl, kubeconfig, overlay, real_ns, "dropout")
+    (c,) = job["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]["containers"]
+    c["args"] += ["--learning-rate", "not-a-number"]
+    kubectl.apply(job)
+    ref = f"tfjob/{job['metadata']['name']}"
+    final = wait_until(
+        lambda: (j := kubectl.json("get", ref, "-n", real_ns)) and condition(j, "Failed") and j,
+        timeout=180,
+        what=f"{ref} Failed",
+    )
+    assert not condition(final, "Succeeded")
+    pod = kubectl.json("get", "pod", f"{job['metadata']['name']}-worker-0", "-n", real_ns)
+    (cs,) = pod["status"]["containerStatuses"]
+    assert cs["state"]["terminated"]["exitCode"] == 2, cs
+    platform.check_alive()

@@ -1,0 +1,95 @@
+"""scripts/e2e-images.sh's cache: references and keys, without building anything.
+
+The keys decide whether the e2e's real node runs a stale image: the project image's key must
+follow every file of the build context (Dockerfile, pyproject.toml, README.md, src/) and the
+base it is built on, and nothing else. Checked on a copy of the files the script reads, with an
+empty cache (FMNIST_IMAGES_CACHE) so that nothing counts as built.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+COPIED = ["scripts", "versions.env", "Dockerfile", "pyproject.toml", "README.md", "src",
+          "overlays", "base", ".venv"]  # fmt: skip
+
+
+@pytest.fixture
+def clone(tmp_path: Path) -> Path:
+    """The files e2e-images.sh reads, copied (the venv linked: kubectl renders the overlay)."""
+    root = tmp_path / "repo"
+    root.mkdir()
+    for name in COPIED:
+        src = REPO / name
+        if name == ".venv":
+            (root / name).symlink_to(src)
+        elif src.is_dir():
+            shutil.copytree(src, root / name, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy2(src, root / name)
+    return root
+
+
+def listing(root: Path, cache: Path) -> dict[str, tuple[str, str, str]]:
+    """``--list`` as {image: (reference, archive, state)}."""
+    proc = subprocess.run(
+        ["bash", str(root / "scripts" / "e2e-images.sh"), "--list"],
+        capture_output=True, text=True, timeout=300,
+        env={**os.environ, "FMNIST_IMAGES_CACHE": str(cache)},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    out = {}
+    for line in proc.stdout.splitlines():
+        image, ref, archive, state = line.split()
+        out[image] = (ref, archive, state)
+    return out
+
+
+def test_references_are_what_the_pods_ask_for(clone, tmp_path):
+    images = listing(clone, tmp_path / "cache")
+    assert list(images) == ["pause", "python", "ml"]
+    v = dict(
+        line.split("=", 1) for line in (REPO / "versions.env").read_text().splitlines()
+        if line and not line.startswith("#") and "=" in line
+    )  # fmt: skip
+    assert images["pause"][0] == f"registry.k8s.io/pause:{v['PAUSE_VERSION']}"
+    # the overlay's image, normalised as containerd's CRI names it
+    assert images["ml"][0] == "docker.io/fashion-mnist/ml:0.1.0"
+    assert all(state == "missing" for _, _, state in images.values())
+    assert all(Path(a).parent == tmp_path / "cache" for _, a, _ in images.values())
+
+
+def test_archives_fails_naming_an_image_not_built(clone, tmp_path):
+    proc = subprocess.run(
+        ["bash", str(clone / "scripts" / "e2e-images.sh"), "--archives"],
+        capture_output=True, text=True, timeout=300,
+        env={**os.environ, "FMNIST_IMAGES_CACHE": str(tmp_path / "cache")},
+    )  # fmt: skip
+    assert proc.returncode == 1
+    assert "image pause is not built: run scripts/e2e-images.sh" in proc.stderr
+
+
+@pytest.mark.parametrize("edit", ["src/training/train.py", "README.md", "Dockerfile",
+                                  "pyproject.toml"])  # fmt: skip
+def test_the_project_images_key_follows_its_build_context(clone, tmp_path, edit):
+    before = listing(clone, tmp_path / "cache")
+    with (clone / edit).open("a") as f:
+        f.write("\n# changed\n")
+    after = listing(clone, tmp_path / "cache")
+    assert after["ml"][1] != before["ml"][1]
+    assert after["python"][1] == before["python"][1]
+    assert after["pause"][1] == before["pause"][1]
+
+
+def test_a_file_outside_the_build_context_changes_no_key(clone, tmp_path):
+    before = listing(clone, tmp_path / "cache")
+    (clone / "src" / "training" / "__pycache__").mkdir(exist_ok=True)
+    (clone / "src" / "training" / "__pycache__" / "x.pyc").write_bytes(b"\0")
+    (clone / "base" / "ml" / "unrelated.txt").write_text("x")
+    assert listing(clone, tmp_path / "cache") == before
