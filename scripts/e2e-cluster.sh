@@ -68,6 +68,7 @@ netns_create() {
   local i
   for ((i = 0; i < 50; i++)); do [[ -f "$E2E_DIR/netns.ok" ]] && break; sleep 0.1; done
   [[ -f "$E2E_DIR/netns.ok" ]] || die "could not create the run's network namespace (root needed)"
+  readlink "/proc/$(cat "$E2E_DIR/netns.pid")/ns/net" > "$E2E_DIR/netns.id" # net:[inode]
   cat > "$E2E_DIR/enter" <<EOF
 #!/bin/sh
 # run a command in the network and mount namespace of the e2e run in $E2E_DIR
@@ -76,6 +77,13 @@ EOF
   chmod +x "$E2E_DIR/enter"
 }
 in_netns() { "$E2E_DIR/enter" "$@"; }
+netns_pids() { # every process still in the run's network namespace (its inode, netns.id)
+  local id p
+  id="$(cat "$E2E_DIR/netns.id" 2>/dev/null)" || return 0
+  for p in /proc/[0-9]*; do
+    if [[ "$(readlink "$p/ns/net" 2>/dev/null)" == "$id" ]]; then echo "${p#/proc/}"; fi
+  done
+}
 
 up() {
   bins
@@ -217,11 +225,16 @@ down() {
   done
   pids="$(run_pids)"
   [[ -z "$pids" ]] || die "processes of $E2E_DIR left behind: $pids"
-  # the namespaces go with their last process
+  # the namespaces go with their last process: the holder, and nothing else may be left in them
   if [[ -n "$holder" ]]; then
     kill -KILL "$holder" 2>/dev/null || true
     for ((i = 0; i < 20; i++)); do kill -0 "$holder" 2>/dev/null || break; sleep 0.1; done
-    ! kill -0 "$holder" 2>/dev/null || die "the run's namespace holder $holder is still running"
+  fi
+  pids="$(netns_pids)"
+  if [[ -n "$pids" ]]; then
+    # shellcheck disable=SC2086
+    kill -9 $pids 2>/dev/null || true
+    die "processes left in the run's network namespace (killed): $(echo "$pids" | tr '\n' ' ')"
   fi
   ((node_failed == 0)) || die "the real node left something behind (see above)"
   log "stopped $NAME; no process left"
