@@ -10,6 +10,9 @@
 #              pip (the Dockerfile's PYTHON_BASE_IMAGE; python:3.11-slim cannot be pulled here)
 #   ml         the pipeline's `image` as overlays/local-k3d renders it, from the repo's
 #              Dockerfile (buildah bud --layers: a change to src/ rebuilds only its last layer)
+#   argoexec   quay.io/argoproj/argoexec:ARGO_WORKFLOWS_E2E_VERSION   the executor scripts/tools.sh
+#              built (hack/tools/argo.sh), FROM scratch like upstream's distroless image:
+#              /bin/argoexec, /tmp 1777 (resource steps write /tmp/manifest.yaml), USER 8737
 #
 # Usage:
 #   scripts/e2e-images.sh              build what is missing from the cache
@@ -26,7 +29,7 @@ source "$ROOT/scripts/lib.sh"
 CACHE="${FMNIST_IMAGES_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/fashion-mnist-gitops/images}"
 DEBIAN_MIRROR="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 BASE_REF=localhost/fmnist-python-base:3.11-bookworm
-IMAGES=(pause python ml)
+IMAGES=(pause python ml argoexec)
 BUILD_TMP=""
 trap 'if [[ -n "$BUILD_TMP" ]]; then rm -rf "$BUILD_TMP"; fi' EXIT
 
@@ -41,6 +44,9 @@ ref_of() { # IMAGE -> the reference pods ask for (what the kubelet's CRI call na
     python) echo "$BASE_REF" ;;
     ml) local r; r="$(overlay_param local-k3d image)"
         [[ "$r" == */*/* ]] || r="docker.io/$r"; echo "$r" ;;
+    # the name the workflow-controller gives its executor (Argo's config.go: quay.io/argoproj/
+    # argoexec:<its version>; neither the manifests nor the e2e set executor.image)
+    argoexec) echo "quay.io/argoproj/argoexec:$ARGO_WORKFLOWS_E2E_VERSION" ;;
   esac
 }
 
@@ -48,6 +54,7 @@ inputs_of() { # IMAGE -> what its key hashes besides its recipe and reference
   case "$1" in
     pause) cat "$(k8s_module_dir)/build/pause/linux/pause.c" ;;
     python) echo "$DEBIAN_MIRROR bookworm" ;;
+    argoexec) sha256sum < "$("$ROOT/scripts/tools.sh" --bin argoexec)" ;;
     ml) # the base it is built on, and what .dockerignore lets into the build context
       archive_of python
       (cd "$ROOT" && cat Dockerfile pyproject.toml README.md \
@@ -100,6 +107,19 @@ build_ml() {
     -v /etc/ssl/certs/ca-certificates.crt:/etc/ssl/certs/ca-certificates.crt:ro \
     --build-arg "PYTHON_BASE_IMAGE=$BASE_REF" -t "$2" "$ROOT" > "$BUILD_TMP/build.log" 2>&1 \
     || { tail -30 "$BUILD_TMP/build.log" >&2; return 1; }
+}
+
+build_argoexec() {
+  local bin c m
+  bin="$("$ROOT/scripts/tools.sh" --bin argoexec)" || die "build it first: scripts/tools.sh argo"
+  c="$(buildah from scratch)"
+  m="$(buildah mount "$c")"
+  install -D -m 0755 "$bin" "$m/bin/argoexec"
+  mkdir -m 1777 "$m/tmp"
+  buildah umount "$c" >/dev/null
+  buildah config --env PATH=/usr/local/bin:/usr/bin:/bin --user 8737 \
+    --entrypoint '["argoexec"]' "$c"
+  buildah commit --rm "$c" "$2" >/dev/null
 }
 
 build() {

@@ -11,12 +11,14 @@ TF_CONFIG host names and train with MultiWorkerMirroredStrategy across the two p
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import uuid
 
 import controllers
 import pytest
 import real_node
-from e2e_kube import Kubectl, versions_env, wait_until
+from e2e_kube import REPO_ROOT, Kubectl, versions_env, wait_until
 from test_training_operator import condition, one, render_job
 
 REAL_TFJOB_TIMEOUT_S = 420
@@ -225,3 +227,84 @@ def test_tfjob_with_a_worker_that_really_fails_fails(
     (cs,) = pod["status"]["containerStatuses"]
     assert cs["state"]["terminated"]["exitCode"] == 2, cs
     platform.check_alive()
+
+
+# --- the pipeline's own Argo steps, real pods ------------------------------------------------
+
+PIPELINE_OBJECTS = {"ServiceAccount", "Role", "RoleBinding", "WorkflowTemplate"}
+
+
+def _in_namespace(obj: dict, ns: str) -> dict:
+    """``obj`` moved to namespace ``ns`` (and a RoleBinding's ServiceAccount subjects with it)."""
+    obj = json.loads(json.dumps(obj))
+    obj["metadata"]["namespace"] = ns
+    for subject in obj.get("subjects") or []:
+        if subject.get("kind") == "ServiceAccount":
+            subject["namespace"] = ns
+    return obj
+
+
+@pytest.fixture
+def pipeline_ns(kubectl, kubeconfig, overlay, real_ns, platform) -> str:
+    """The pipeline as local-k3d deploys it (its ServiceAccount, Role, RoleBinding and
+    WorkflowTemplate, from the rendered overlay), moved to a real-node namespace, with its PVC on
+    a volume seeded with the offline tfds build."""
+    objs = [
+        _in_namespace(o, real_ns)
+        for o in overlay
+        if o["kind"] in PIPELINE_OBJECTS and o["metadata"]["name"] == "fashion-mnist-pipeline"
+    ]
+    assert {o["kind"] for o in objs} == PIPELINE_OBJECTS
+    kubectl.apply(objs)
+    root = real_node.seeded_volume(real_ns)
+    controllers.provide_volume(kubeconfig, one(overlay, "PersistentVolumeClaim"), real_ns, root)
+    return real_ns
+
+
+def _dev_loop(kubectl, kubeconfig, ns: str, *argv: str) -> subprocess.CompletedProcess:
+    """One of the README's scripts against namespace ``ns`` (lib.sh's NAMESPACE)."""
+    env = {**os.environ, "KUBECONFIG": str(kubeconfig), "KUBECTL": kubectl.binary,
+           "NAMESPACE": ns, "TIMEOUT": "360", "POLL": "2"}  # fmt: skip
+    return subprocess.run(
+        [str(REPO_ROOT / "scripts" / argv[0]), *argv[1:]],
+        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=420,
+    )  # fmt: skip
+
+
+def _workflow_pods(kubectl, ns: str) -> list[dict]:
+    return kubectl.json("get", "pods", "-n", ns, "-l", "workflows.argoproj.io/workflow")["items"]
+
+
+def test_ingest_step_runs_with_the_real_executor(kubectl, kubeconfig, pipeline_ns):
+    """The pipeline's ingest step (a container step: Argo's `init` and `wait` beside `main`) run
+    for real by `submit-pipeline.sh --wait --entrypoint ingest`: the executor's containers (the
+    argoexec image) and the project image's ingest, which finds the offline tfds build on the
+    PVC, verifies it and exits 0; the `wait` container reports through the pipeline Role."""
+    proc = _dev_loop(kubectl, kubeconfig, pipeline_ns, "submit-pipeline.sh", "--wait",
+                     "--entrypoint", "ingest")  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (pod,) = _workflow_pods(kubectl, pipeline_ns)
+    assert pod["spec"]["nodeName"] == real_node.node_name()
+    names = {c["name"]: c for c in pod["status"]["containerStatuses"]}
+    assert set(names) == {"wait", "main"}
+    for c in names.values():
+        assert c["state"]["terminated"]["exitCode"] == 0, c
+    (init,) = pod["status"]["initContainerStatuses"]
+    assert init["name"] == "init" and init["state"]["terminated"]["exitCode"] == 0
+    assert init["image"].startswith("quay.io/argoproj/argoexec:")
+    log = kubectl("logs", "-n", pipeline_ns, pod["metadata"]["name"], "-c", "main")
+    assert "fashion_mnist already ingested at /mnt/shared/tfds" in log, log[-2000:]
+
+
+def test_train_sh_runs_a_real_tfjob_through_the_executor(kubectl, kubeconfig, pipeline_ns):
+    """`scripts/train.sh cnn -p epochs=1`: the Workflow's resource step (argoexec in a real pod,
+    as the pipeline's ServiceAccount) creates the TFJob, whose two real workers train one epoch
+    of the full training split across the two pods, and waits for its successCondition; the
+    script exits 0."""
+    proc = _dev_loop(kubectl, kubeconfig, pipeline_ns, "train.sh", "cnn", "-p", "epochs=1")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    steps = _workflow_pods(kubectl, pipeline_ns)
+    assert steps and all(p["spec"]["nodeName"] == real_node.node_name() for p in steps)
+    (tfjob,) = kubectl.json("get", "tfjobs", "-n", pipeline_ns)["items"]
+    assert condition(tfjob, "Succeeded")
+    assert tfjob["status"]["replicaStatuses"]["Worker"]["succeeded"] == 2

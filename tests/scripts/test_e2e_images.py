@@ -53,7 +53,7 @@ def listing(root: Path, cache: Path) -> dict[str, tuple[str, str, str]]:
 
 def test_references_are_what_the_pods_ask_for(clone, tmp_path):
     images = listing(clone, tmp_path / "cache")
-    assert list(images) == ["pause", "python", "ml"]
+    assert list(images) == ["pause", "python", "ml", "argoexec"]
     v = dict(
         line.split("=", 1) for line in (REPO / "versions.env").read_text().splitlines()
         if line and not line.startswith("#") and "=" in line
