@@ -19,7 +19,7 @@
 # real node's name, empty without one), PATH with the tool bin dirs first. From `up`, the env
 # file's $KUBECTL is a wrapper that enters the run's network namespace (the API server is on
 # its 127.0.0.1); `$E2E_DIR/enter CMD...` runs any command there.
-# FMNIST_E2E_REAL_NODE=0: no real node (kwok nodes only; needs neither root's cgroups nor images).
+# FMNIST_E2E_REAL_NODE=0: no real node (kwok nodes only; no images needed). Needs root either way.
 # E2E_DIR (default: a new /tmp/fmnist-e2e.XXXXXX) holds the cluster's pki, etcd data and logs;
 # it is removed after a passing run and kept (path printed) after a failing one.
 set -euo pipefail
@@ -31,6 +31,7 @@ NODES="$ROOT/hack/e2e/nodes.yaml"
 NAME="${FMNIST_E2E_CLUSTER:-fmnist-e2e}"
 START_TIMEOUT="${FMNIST_E2E_START_TIMEOUT:-120}"
 REAL_NODE="${FMNIST_E2E_REAL_NODE:-1}"
+LOCK_DIR="${XDG_CACHE_HOME:-$HOME/.cache}/fashion-mnist-gitops"
 NODE_IP=10.244.0.1 # scripts/e2e-node.sh: the bridge, the node, the API server's advertise address
 
 log() { printf 'e2e-cluster: %s\n' "$*" >&2; }
@@ -60,6 +61,15 @@ run_pids() {
 # entered by every other one with nsenter (not `ip netns exec`, which remounts /sys and hides
 # the cgroup hierarchies). Only loopback; the real node adds its bridge.
 netns_create() {
+  ((EUID == 0)) || die "the e2e needs root (its network namespace; the real node's cgroups)"
+  if [[ "$REAL_NODE" != 0 ]]; then
+    # One real node per machine (the kubelet's sysctls and fixed directories are the machine's):
+    # the lock is held by fd 9, which the namespace holder and every process of the run inherit,
+    # so it is released when the run's last process is gone.
+    mkdir -p "$LOCK_DIR"
+    exec 9>"$LOCK_DIR/e2e-real-node.lock"
+    flock -n 9 || die "another e2e run's real node is running on this machine (lock $LOCK_DIR/e2e-real-node.lock; scripts/e2e-cluster.sh down DIR stops it)"
+  fi
   unshare --net --mount --propagation private -- \
     bash -c 'ip link set lo up && echo ok > "$1" && exec sleep infinity' _ "$E2E_DIR/netns.ok" \
     < /dev/null > /dev/null 2>&1 &
@@ -72,11 +82,11 @@ netns_create() {
   cat > "$E2E_DIR/enter" <<EOF
 #!/bin/sh
 # run a command in the network and mount namespace of the e2e run in $E2E_DIR
-exec nsenter --target "\$(cat '$E2E_DIR/netns.pid')" --net --mount --wd="\$PWD" -- "\$@"
+exec nsenter --target "\${FMNIST_E2E_NETNS_PID:-\$(cat '$E2E_DIR/netns.pid')}" --net --mount --wd="\$PWD" -- "\$@"
 EOF
   chmod +x "$E2E_DIR/enter"
 }
-in_netns() { "$E2E_DIR/enter" "$@"; }
+in_netns() { "$E2E_DIR/enter" "$@"; }  # (FMNIST_E2E_NETNS_PID: enter through another process)
 netns_pids() { # every process still in the run's network namespace (its inode, netns.id)
   local id p
   id="$(cat "$E2E_DIR/netns.id" 2>/dev/null)" || return 0
@@ -201,9 +211,17 @@ down() {
   if [[ -f "$E2E_DIR/netns.pid" ]] && kill -0 "$(cat "$E2E_DIR/netns.pid")" 2>/dev/null; then
     holder="$(cat "$E2E_DIR/netns.pid")"
   fi
-  if [[ -n "$holder" && -d "$E2E_DIR/kwok/node" ]]; then
-    # first, while the API server runs: the node's pods, then the node (it checks what is left)
-    in_netns "$ROOT/scripts/e2e-node.sh" stop "$E2E_DIR" || node_failed=1
+  if [[ -d "$E2E_DIR/kwok/node" ]]; then
+    # first, while the API server runs: the node's pods, then the node (it checks what is left);
+    # in the run's namespace, entered through the holder or any process left in it, else (all
+    # gone) only the host's side: cgroups, sysctls, directories
+    local via="$holder"
+    [[ -n "$via" ]] || via="$(netns_pids | head -n1)"
+    if [[ -n "$via" ]]; then
+      FMNIST_E2E_NETNS_PID="$via" in_netns "$ROOT/scripts/e2e-node.sh" stop "$E2E_DIR" || node_failed=1
+    else
+      FMNIST_E2E_NODE_OUTSIDE=1 "$ROOT/scripts/e2e-node.sh" stop "$E2E_DIR" || node_failed=1
+    fi
   fi
   # (kwokctl stops its processes by their PID files: no need to enter the namespace)
   if [[ -f "$E2E_DIR/kwokctl.yaml" ]]; then
@@ -247,7 +265,8 @@ run() {
   # On INT/TERM: stop CMD (it runs in the background so that `wait` returns at once on a
   # signal; a background command ignores the terminal's SIGINT, so it gets TERM), tear down.
   stop() {
-    trap - INT TERM EXIT
+    trap - EXIT
+    trap '' INT TERM # a second Ctrl-C must not cut the teardown short
     if [[ -n "${child:-}" ]]; then
       kill -TERM "$child" 2>/dev/null || true
       # bounded: a command that ignores TERM gets KILL after 10 s
@@ -274,10 +293,13 @@ run() {
 
 case "${1:-}" in
   up)
-    # A failed start must not leave half a cluster running: stop what started (logs are kept).
-    trap 'rc=$?; if ((rc)) && [[ -n "${E2E_DIR:-}" ]]; then log "start failed: stopping it"; down || true; fi' EXIT
+    # A failed or interrupted start must not leave half a cluster running: stop what started
+    # (logs are kept). INT/TERM exit non-zero, which the EXIT trap sees.
+    trap 'exit 130' INT
+    trap 'exit 143' TERM
+    trap 'rc=$?; if ((rc)) && [[ -n "${E2E_DIR:-}" ]]; then log "start failed: stopping it"; trap "" INT TERM; down || true; fi' EXIT
     up
-    trap - EXIT
+    trap - EXIT INT TERM
     echo "$E2E_DIR/env" ;;
   down) shift; down "$@" ;;
   run) shift; run "$@" ;;

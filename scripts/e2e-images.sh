@@ -88,8 +88,10 @@ build_python() {
   c="$(buildah from scratch)"
   m="$(buildah mount "$c")"
   debootstrap --variant=minbase --include=python3,python3-pip,python-is-python3,ca-certificates \
-    bookworm "$m" "$DEBIAN_MIRROR" > "$BUILD_TMP/debootstrap.log" 2>&1 \
-    || { tail -20 "$BUILD_TMP/debootstrap.log" >&2; return 1; }
+    bookworm "$m" "$DEBIAN_MIRROR" > "$BUILD_TMP/debootstrap.log" 2>&1 || {
+    tail -20 "$BUILD_TMP/debootstrap.log" >&2
+    buildah umount "$c" >/dev/null; buildah rm "$c" >/dev/null; return 1
+  }
   # like python:slim, pip installs into the system's Python (PEP 668 marker removed)
   rm -f "$m/usr/lib/python3.11/EXTERNALLY-MANAGED"
   rm -rf "$m"/var/lib/apt/lists/* "$m"/var/cache/apt/*.bin "$m"/var/log/*
@@ -101,6 +103,8 @@ build_python() {
 build_ml() {
   local runc
   runc="$("$ROOT/scripts/tools.sh" --bin runc)" || die "build runc first: scripts/tools.sh runc"
+  # FROM the base this key names: its archive, loaded into buildah's store under its tag
+  buildah pull --quiet "docker-archive:$(archive_of python)" >/dev/null
   # pip reaches PyPI through this machine's CA bundle: mounted for the build only, nothing of
   # it is in the image
   buildah bud --runtime "$runc" --pull=never --layers --network host \
@@ -138,8 +142,9 @@ build() {
   "build_$image" "$image" "$ref"
   buildah push --quiet "$ref" "docker-archive:$BUILD_TMP/image.tar:$ref" >/dev/null
   mv "$BUILD_TMP/image.tar" "$archive"
-  # older archives of this image are superseded (the buildah store keeps its layers)
-  find "$CACHE" -maxdepth 1 -name "$image-*.tar" ! -path "$archive" -delete
+  # older archives of this image: keep the one before (another clone may be importing it)
+  find "$CACHE" -maxdepth 1 -name "$image-*.tar" ! -path "$archive" -printf '%T@ %p\n' \
+    | sort -rn | tail -n +2 | cut -d' ' -f2- | xargs -r rm -f
   rm -rf "$BUILD_TMP"
   BUILD_TMP=""
   log "$image: built in $(($(date +%s) - t0)) s, $(du -h "$archive" | cut -f1) -> $archive"

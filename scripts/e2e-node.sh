@@ -19,9 +19,12 @@
 # PodTolerationRestriction annotations (tests/e2e/real_node.py), so platform pods stay on kwok.
 # Host changes it makes and undoes: the kubelet's sysctls (vm.overcommit_memory, kernel.panic,
 # kernel.panic_on_oops, ... saved before, restored after start-up), one cgroup per v1 hierarchy
-# (/fmnist-e2e-<id>), and three directories no setting moves (/var/lib/cni,
-# /var/lib/kubelet, /run/containerd: a tmpfs over each in the run's mount namespace, the
-# directory removed if this script created it).
+# (/fmnist-e2e-<id>), and four directories no setting moves (/var/lib/cni, /var/lib/kubelet,
+# /run/containerd, /var/log/containers: a tmpfs over each in the run's mount namespace, the
+# directory removed if this script created it). One real node per machine at a time (a host
+# lock, held by the run's namespace: scripts/e2e-cluster.sh), since these are the machine's.
+# Needs root and cgroup v1 (the kind of machine this project runs on; v2 is refused).
+# FMNIST_E2E_NODE_OUTSIDE=1 (stop only): the run's namespace is gone; undo the host changes.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -42,7 +45,7 @@ START_TIMEOUT="${FMNIST_E2E_START_TIMEOUT:-120}"
 KUBELET_SYSCTLS=(vm.overcommit_memory vm.panic_on_oom kernel.panic kernel.panic_on_oops
   kernel.keys.root_maxkeys kernel.keys.root_maxbytes)
 # Directories that kubelet, containerd or libcni use whatever their settings say.
-FIXED_DIRS=(/var/lib/cni /var/lib/kubelet /run/containerd)
+FIXED_DIRS=(/var/lib/cni /var/lib/kubelet /run/containerd /var/log/containers)
 
 log() { printf 'e2e-node: %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -124,11 +127,10 @@ fixed_dirs() {
   done
 }
 
-cgroups() { # one cgroup per v1 hierarchy: the kubelet's cgroupRoot; cgroup v2: one directory
+cgroups() { # one cgroup per v1 hierarchy: the kubelet's cgroupRoot
   local h
-  if [[ "$(stat -fc %T /sys/fs/cgroup)" == cgroup2fs ]]; then
-    mkdir -p "/sys/fs/cgroup/$CGROUP_NAME"; return
-  fi
+  # (v2 would need the root's cgroup.subtree_control set up for the kubelet: not done)
+  [[ "$(stat -fc %T /sys/fs/cgroup)" == tmpfs ]] || die "cgroup v1 is required (this is v2)"
   for h in /sys/fs/cgroup/*/; do
     h="${h%/}"
     [[ "$h" == */unified ]] && continue
@@ -182,7 +184,7 @@ EOF
     "$CONTAINERD_BIN/containerd" --config "$NODE/containerd/config.toml" \
     > "$NODE/containerd.log" 2>&1 &
   echo $! > "$NODE/containerd.pid"
-  wait_for "containerd" test -S "$NODE/containerd.sock"
+  wait_for containerd test -S "$NODE/containerd.sock"
 }
 
 ctr() { "$CONTAINERD_BIN/ctr" --address "$NODE/containerd.sock" --namespace k8s.io "$@"; }
@@ -190,7 +192,11 @@ ctr() { "$CONTAINERD_BIN/ctr" --address "$NODE/containerd.sock" --namespace k8s.
 # The images the node's pods run, built by scripts/e2e-images.sh (nothing is pulled).
 import_images() {
   local archive
-  for archive in $("$ROOT/scripts/e2e-images.sh" --archives); do
+  local -a archives
+  local list
+  list="$("$ROOT/scripts/e2e-images.sh" --archives)" || die "the node's images are not all built"
+  mapfile -t archives <<<"$list"
+  for archive in "${archives[@]}"; do
     ctr images import --local --snapshotter overlayfs "$archive" >> "$NODE/import.log" 2>&1
   done
   ctr images ls -q > "$NODE/images.txt"
@@ -206,7 +212,8 @@ kubelet_start() {
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 containerRuntimeEndpoint: unix://$NODE/containerd.sock
-# containerd has no RuntimeConfig answer on cgroup v1 hosts for every version: set it
+# what containerd answers in RuntimeConfig (runc SystemdCgroup = false), which the kubelet
+# prefers; the same value here for a runtime that does not answer
 cgroupDriver: cgroupfs
 cgroupRoot: /$CGROUP_NAME
 enforceNodeAllocatable: []
@@ -247,7 +254,7 @@ EOF
     --node-ip "$NODE_IP" --node-labels "$REAL_NODE_LABEL=true" \
     > "$NODE/kubelet.log" 2>&1 &
   echo $! > "$NODE/kubelet.pid"
-  wait_for "node $NODE_NAME Ready" "${KC[@]}" wait --for=condition=Ready "node/$NODE_NAME" --timeout=1s
+  wait_for kubelet "${KC[@]}" wait --for=condition=Ready "node/$NODE_NAME" --timeout=1s
   restore_sysctls # set once at start-up, never re-checked (docs/e2e.md)
 }
 
@@ -281,6 +288,7 @@ iptables: {localhostNodePorts: false}
 EOF
   "$NODE_BIN/kube-proxy" --config "$NODE/kube-proxy.yaml" > "$NODE/kube-proxy.log" 2>&1 &
   echo $! > "$NODE/kube-proxy.pid"
+  wait_for kube-proxy curl -fsS http://127.0.0.1:10256/livez
 }
 
 coredns_start() {
@@ -321,17 +329,19 @@ EOF
 EOF
   "$COREDNS" -conf "$NODE/Corefile" > "$NODE/coredns.log" 2>&1 &
   echo $! > "$NODE/coredns.pid"
-  wait_for "CoreDNS ready" curl -fsS http://127.0.0.1:8181/ready
+  wait_for coredns curl -fsS http://127.0.0.1:8181/ready
 }
 
-wait_for() { # WHAT CMD... : poll CMD every 0.5 s up to START_TIMEOUT
-  local what="$1" i
+wait_for() { # NAME CMD... : poll CMD every 0.5 s up to START_TIMEOUT while process NAME lives
+  local name="$1" i pid
   shift
+  pid="$(cat "$NODE/$name.pid")"
   for ((i = 0; i < START_TIMEOUT * 2; i++)); do
     if "$@" >/dev/null 2>&1; then return 0; fi
+    kill -0 "$pid" 2>/dev/null || die "$name exited: $(tail -n 5 "$NODE/$name.log")"
     sleep 0.5
   done
-  die "$what: not within ${START_TIMEOUT}s (logs: $NODE/*.log)"
+  die "$name: not ready within ${START_TIMEOUT}s (log: $NODE/$name.log)"
 }
 
 start() {
@@ -373,8 +383,9 @@ cgroup_dirs() { # every directory of the node's cgroup tree, deepest first
 stop() {
   paths "$1"
   [[ -d "$NODE" ]] || return 0
+  local outside="${FMNIST_E2E_NODE_OUTSIDE:-0}"
   # pods first, while the kubelet runs: CNI DEL releases each pod's veth and address
-  if [[ -f "$NODE/kubelet.pid" ]] && kill -0 "$(cat "$NODE/kubelet.pid")" 2>/dev/null; then
+  if [[ "$outside" == 0 && -f "$NODE/kubelet.pid" ]] && kill -0 "$(cat "$NODE/kubelet.pid")" 2>/dev/null; then
     "${KC[@]}" delete pods --all-namespaces --field-selector "spec.nodeName=$NODE_NAME" \
       --grace-period=5 --wait=true --timeout=60s >/dev/null 2>&1 || log "pods not deleted in 60 s"
   fi
@@ -387,6 +398,14 @@ stop() {
   stop_pid kube-proxy
   stop_pid coredns
   stop_pid containerd
+  # the containers' shims (their command line names the node's containerd socket)
+  local shims
+  shims="$(pgrep -f -- "-address $NODE/containerd.sock" || true)"
+  if [[ -n "$shims" ]]; then
+    # shellcheck disable=SC2086
+    kill -KILL $shims 2>/dev/null || true
+    sleep 0.5
+  fi
   restore_sysctls
   # kube-proxy's and the kubelet's iptables chains live in this network namespace and go with it
   local left=""
@@ -412,7 +431,11 @@ stop() {
   else # the imported images and the containers' layers (~6 GB), also when the logs are kept
     rm -rf --one-file-system "$NODE/containerd/root" "$NODE/containerd/state" "$NODE/kubelet"
   fi
-  ip link del "$BRIDGE" 2>/dev/null || true
+  # the bridge is the run's namespace's (outside it, a bridge of that name is someone else's)
+  if [[ "$outside" == 0 ]]; then ip link del "$BRIDGE" 2>/dev/null || true; fi
+  for p in $(pgrep -f -- "$NODE/" || true); do
+    [[ "$p" == "$$" ]] || left+=" process $p ($(tr '\0' ' ' < "/proc/$p/cmdline" 2>/dev/null | cut -c1-80))"
+  done
   [[ -z "$left" ]] || die "left behind:$left"
   log "node $NODE_NAME stopped; no process, mount or cgroup left"
 }

@@ -14,6 +14,7 @@ import json
 import os
 import subprocess
 import uuid
+from pathlib import Path
 
 import controllers
 import pytest
@@ -77,7 +78,7 @@ def _phase(kubectl: Kubectl, ns: str, name: str) -> str:
 def test_the_real_node_is_the_kubelets_and_kwok_leaves_it_alone(kubectl, node):
     """Registered by kubelet v1.34.1 over containerd at the pinned versions, Ready by the
     kubelet's own report, tainted so that only opted-in pods land there, and not managed by kwok
-    (no kwok annotation: kwok-controller runs with an annotation selector)."""
+    (kwok-controller runs with an annotation selector: no field of the Node is kwok's)."""
     v = versions_env()
     n = kubectl.json("get", "node", node)
     info = n["status"]["nodeInfo"]
@@ -95,6 +96,7 @@ def test_the_real_node_is_the_kubelets_and_kwok_leaves_it_alone(kubectl, node):
     full = kubectl.json("get", "node", node, "--show-managed-fields")
     managers = {f["manager"] for f in full["metadata"]["managedFields"]}
     assert "kubelet" in managers, managers
+    assert not any(m.startswith("kwok") for m in managers), managers
 
 
 def test_a_pod_of_the_project_image_resolves_services_and_reaches_the_api(kubectl, real_ns):
@@ -139,6 +141,18 @@ print(json.dumps({{
         "spec"]["clusterIP"]  # fmt: skip
     assert seen["version"] == f"v{versions_env()['KUBERNETES_VERSION']}"
     assert "started" in kubectl("logs", "-n", real_ns, "dns")
+
+
+def test_the_run_has_no_uplink(node):
+    """The run's network namespace (pytest runs in it) holds loopback, the node's bridge and the
+    pods' veths, and no route out: no default route, none but the pod network's."""
+    assert Path("/sys/class/net/fmnist0").is_dir(), "not in the run's network namespace"
+    links = {p.name for p in Path("/sys/class/net").iterdir()}
+    assert all(n in ("lo", "fmnist0") or n.startswith("veth") for n in links), links
+    routes = [line.split() for line in Path("/proc/net/route").read_text().splitlines()[1:]]
+    # columns: Iface Destination Gateway Flags RefCnt Use Metric Mask ...; hex, little-endian
+    assert all(r[1] != "00000000" for r in routes), routes  # no default route
+    assert {(r[0], r[1], r[7]) for r in routes} == {("fmnist0", "0000F40A", "00FFFFFF")}, routes
 
 
 def test_an_image_that_was_not_imported_never_starts(kubectl, real_ns):

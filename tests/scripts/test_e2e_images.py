@@ -87,6 +87,15 @@ def test_the_project_images_key_follows_its_build_context(clone, tmp_path, edit)
     assert after["pause"][1] == before["pause"][1]
 
 
+def test_a_new_base_changes_the_project_images_key(clone, tmp_path, monkeypatch):
+    before = listing(clone, tmp_path / "cache")
+    monkeypatch.setenv("DEBIAN_MIRROR", "http://mirror.invalid/debian")  # a base's input
+    after = listing(clone, tmp_path / "cache")
+    assert after["python"][1] != before["python"][1]
+    assert after["ml"][1] != before["ml"][1]
+    assert after["pause"][1] == before["pause"][1]
+
+
 def test_a_file_outside_the_build_context_changes_no_key(clone, tmp_path):
     before = listing(clone, tmp_path / "cache")
     (clone / "src" / "training" / "__pycache__").mkdir(exist_ok=True)
