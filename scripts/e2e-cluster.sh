@@ -60,7 +60,7 @@ run_pids() {
 # The run's network + mount namespace: held by one process (its PID in $E2E_DIR/netns.pid),
 # entered by every other one with nsenter (not `ip netns exec`, which remounts /sys and hides
 # the cgroup hierarchies). Only loopback; the real node adds its bridge.
-netns_create() {
+lock_real_node() {
   ((EUID == 0)) || die "the e2e needs root (its network namespace; the real node's cgroups)"
   if [[ "$REAL_NODE" != 0 ]]; then
     # One real node per machine (the kubelet's sysctls and fixed directories are the machine's):
@@ -70,6 +70,9 @@ netns_create() {
     exec 9>"$LOCK_DIR/e2e-real-node.lock"
     flock -n 9 || die "another e2e run's real node is running on this machine (lock $LOCK_DIR/e2e-real-node.lock; scripts/e2e-cluster.sh down DIR stops it)"
   fi
+}
+
+netns_create() {
   unshare --net --mount --propagation private -- \
     bash -c 'ip link set lo up && echo ok > "$1" && exec sleep infinity' _ "$E2E_DIR/netns.ok" \
     < /dev/null > /dev/null 2>&1 &
@@ -97,6 +100,7 @@ netns_pids() { # every process still in the run's network namespace (its inode, 
 
 up() {
   bins
+  lock_real_node
   E2E_DIR="${E2E_DIR:-$(mktemp -d "${TMPDIR:-/tmp}/fmnist-e2e.XXXXXX")}"
   mkdir -p "$E2E_DIR"
   E2E_DIR="$(cd "$E2E_DIR" && pwd -P)"
