@@ -67,8 +67,11 @@ lock_real_node() {
     # the lock is held by fd 9, which the namespace holder and every process of the run inherit,
     # so it is released when the run's last process is gone.
     mkdir -p "$LOCK_DIR"
-    exec 9>"$LOCK_DIR/e2e-real-node.lock"
-    flock -n 9 || die "another e2e run's real node is running on this machine (lock $LOCK_DIR/e2e-real-node.lock; scripts/e2e-cluster.sh down DIR stops it)"
+    local lock="$LOCK_DIR/e2e-real-node.lock"
+    touch "$lock"
+    exec 9<>"$lock"
+    flock -n 9 || die "another e2e run's real node is running on this machine: the run in $(cat "$lock") (scripts/e2e-cluster.sh down $(cat "$lock") stops it)"
+    : > "$lock" # (the holder writes its directory once it has one, up)
   fi
 }
 
@@ -94,7 +97,10 @@ netns_pids() { # every process still in the run's network namespace (its inode, 
   local id p
   id="$(cat "$E2E_DIR/netns.id" 2>/dev/null)" || return 0
   for p in /proc/[0-9]*; do
-    if [[ "$(readlink "$p/ns/net" 2>/dev/null)" == "$id" ]]; then echo "${p#/proc/}"; fi
+    if [[ "$(readlink "$p/ns/net" 2>/dev/null)" == "$id" ]]; then
+      # not a zombie or a process in the middle of exiting (state Z or X: it holds nothing)
+      [[ "$(awk '{print $3}' "$p/stat" 2>/dev/null)" =~ ^[ZX]?$ ]] || echo "${p#/proc/}"
+    fi
   done
 }
 
@@ -104,6 +110,7 @@ up() {
   E2E_DIR="${E2E_DIR:-$(mktemp -d "${TMPDIR:-/tmp}/fmnist-e2e.XXXXXX")}"
   mkdir -p "$E2E_DIR"
   E2E_DIR="$(cd "$E2E_DIR" && pwd -P)"
+  if [[ "$REAL_NODE" != 0 ]]; then echo "$E2E_DIR" > "$LOCK_DIR/e2e-real-node.lock"; fi
   if [[ "$REAL_NODE" != 0 ]]; then
     "$ROOT/scripts/e2e-images.sh" --archives >/dev/null \
       || die "the real node's images are not built: run scripts/e2e-images.sh (or FMNIST_E2E_REAL_NODE=0)"
@@ -252,11 +259,17 @@ down() {
     kill -KILL "$holder" 2>/dev/null || true
     for ((i = 0; i < 20; i++)); do kill -0 "$holder" 2>/dev/null || break; sleep 0.1; done
   fi
-  pids="$(netns_pids)"
+  for ((i = 0; i < 10; i++)); do # processes that are exiting (their parent was just killed)
+    pids="$(netns_pids)"
+    [[ -z "$pids" ]] && break
+    sleep 0.3
+  done
   if [[ -n "$pids" ]]; then
+    local p what=""
+    for p in $pids; do what+="; $p: $(tr '\0' ' ' < "/proc/$p/cmdline" 2>/dev/null | cut -c1-160)"; done
     # shellcheck disable=SC2086
     kill -9 $pids 2>/dev/null || true
-    die "processes left in the run's network namespace (killed): $(echo "$pids" | tr '\n' ' ')"
+    die "processes left in the run's network namespace (killed)${what}"
   fi
   ((node_failed == 0)) || die "the real node left something behind (see above)"
   log "stopped $NAME; no process left"
