@@ -85,10 +85,8 @@ def imported_images() -> set[str]:
     return {line for line in (node_dir() / "images.txt").read_text().split() if line}
 
 
-def ml_image(kubectl: Kubectl) -> str:
-    """The pipeline image as local-k3d deploys it (the WorkflowTemplate's ``image``)."""
-    import yaml
-
-    docs = yaml.safe_load_all(kubectl("kustomize", str(REPO_ROOT / "overlays" / "local-k3d")))
-    wt = next(d for d in docs if d and d["kind"] == "WorkflowTemplate")
+def ml_image(overlay: list[dict]) -> str:
+    """The pipeline image as local-k3d deploys it (the WorkflowTemplate's ``image``), from the
+    rendered overlay (conftest's ``overlay`` fixture)."""
+    wt = next(d for d in overlay if d["kind"] == "WorkflowTemplate")
     return next(p["value"] for p in wt["spec"]["arguments"]["parameters"] if p["name"] == "image")

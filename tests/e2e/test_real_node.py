@@ -99,13 +99,15 @@ def test_the_real_node_is_the_kubelets_and_kwok_leaves_it_alone(kubectl, node):
     assert not any(m.startswith("kwok") for m in managers), managers
 
 
-def test_a_pod_of_the_project_image_resolves_services_and_reaches_the_api(kubectl, real_ns):
+def test_a_pod_of_the_project_image_resolves_services_and_reaches_the_api(
+    kubectl, overlay, real_ns
+):
     """The project image runs under restricted Pod Security; from inside it, CoreDNS resolves a
     headless Service (the kind TF_CONFIG names) in the cluster domain to the pod's own IP and
     ``kubernetes.default`` to its ClusterIP; the API server answers over that ClusterIP
     (kube-proxy) with TLS verified against the pod's CA and its ServiceAccount token; the
     API server's `logs` and `exec` reach the kubelet."""
-    image = real_node.ml_image(kubectl)
+    image = real_node.ml_image(overlay)
     sleep = "print('started', flush=True)\nimport time\ntime.sleep(600)"
     pod = _pod("dns", image, ["python", "-c", sleep])
     svc = {
@@ -158,10 +160,10 @@ def test_the_run_has_no_uplink(node):
     assert {(r[0], r[1], r[7]) for r in routes} == {("fmnist0", "0000F40A", "00FFFFFF")}, routes
 
 
-def test_an_image_that_was_not_imported_never_starts(kubectl, real_ns):
+def test_an_image_that_was_not_imported_never_starts(kubectl, overlay, real_ns):
     """Nothing can be pulled (no uplink): a pod whose image the node did not import waits in
     ErrImagePull / ImagePullBackOff, while the pipeline image is among the imported ones."""
-    image = real_node.ml_image(kubectl)
+    image = real_node.ml_image(overlay)
     assert f"docker.io/{image}" in real_node.imported_images()
     missing = image.rsplit(":", 1)[0] + ":not-imported"
     assert f"docker.io/{missing}" not in real_node.imported_images()
