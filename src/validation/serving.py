@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator
 
@@ -64,3 +65,132 @@ def serve_step(ctx: Context) -> Iterator[Hit]:
     for e in ctx.kinds("InferenceService"):
         if e.embedded_in and (e.namespace, e.name) in in_git and "spec" in e.doc:
             yield e, "spec", "the spec of an InferenceService in git is git's: apply metadata only"
+
+
+# KServe v0.20.0's autoscaling rules, per deployment mode (pinned sources):
+#   pkg/constants/constants.go          ParseDeploymentMode (RawDeployment -> Standard,
+#                                       Serverless -> Knative), AutoscalerAllowed*List
+#   pkg/apis/serving/v1beta1/inference_service_validation.go
+#                                       validateAutoScalingCompExtension: the webhook's rules
+#   pkg/controller/v1beta1/inferenceservice/reconcilers/hpa/hpa_reconciler.go
+#                                       createHPA / getHPAMetrics: what Standard mode's HPA gets
+MODE_ANNOTATION = "serving.kserve.io/deploymentMode"
+CLASS_ANNOTATION = "serving.kserve.io/autoscalerClass"
+KNATIVE_CLASS_ANNOTATION = "autoscaling.knative.dev/class"
+LEGACY_MODES = {"RawDeployment": "Standard", "Serverless": "Knative"}
+AUTOSCALER_CLASSES = ("hpa", "external", "keda", "none")
+HPA_METRICS = ("cpu", "memory")
+KPA_METRICS = ("concurrency", "rps")
+UPSTREAM_DEFAULT_MODE = "Serverless"  # kserve-v0.20.0.yaml, inferenceservice-config `deploy`
+
+
+def default_deployment_mode(ctx: Context) -> tuple[str, str]:
+    """(mode, where it comes from): the rendered inferenceservice-config's
+    ``defaultDeploymentMode``, else upstream's (the platform is not rendered with this check)."""
+    for cm in ctx.everywhere("ConfigMap"):
+        if cm.name == "inferenceservice-config" and "deploy" in (cm.doc.get("data") or {}):
+            try:
+                mode = json.loads(cm.doc["data"]["deploy"]).get("defaultDeploymentMode")
+            except ValueError:
+                continue
+            if mode:
+                return LEGACY_MODES.get(mode, mode), f"ConfigMap {cm.namespace}/{cm.name}"
+    return LEGACY_MODES[UPSTREAM_DEFAULT_MODE], "KServe's default inferenceservice-config"
+
+
+def _cpu_request(spec: dict) -> bool:
+    """Whether the model container (or every custom container) of a component asks for CPU."""
+    containers = [spec["model"]] if isinstance(spec.get("model"), dict) else []
+    containers += [c for c in spec.get("containers") or [] if isinstance(c, dict)]
+    return bool(containers) and all(
+        dig(c, "resources", "requests", "cpu") is not None for c in containers
+    )
+
+
+def _hpa_rules(comp: str, spec: dict, webhook: bool) -> Iterator[tuple[str, str]]:
+    """Standard mode with KServe's HPA (or Knative's HPA class): what the webhook refuses when
+    it checks (``webhook``), and what makes an HPA that never scales or scales on another metric."""
+    metric = spec.get("scaleMetric") or "cpu"
+    target = spec.get("scaleTarget")
+    who = "KServe's webhook rejects it" if webhook else "KServe's HPA gets no such metric"
+    if metric not in HPA_METRICS:
+        yield (
+            f"spec.{comp}.scaleMetric",
+            f"{metric!r}: an HPA scales on {'/'.join(HPA_METRICS)} only ({who}; concurrency "
+            "and rps are Knative's)",
+        )
+        return
+    if metric == "cpu" and isinstance(target, int) and not 1 <= target <= 100:
+        yield f"spec.{comp}.scaleTarget", f"{target}: a CPU utilisation target is 1-100 (%)"
+    if metric == "memory" and target is None:
+        yield (
+            f"spec.{comp}.scaleTarget",
+            "scaleMetric memory without scaleTarget: KServe's HPA gets no metric and the API "
+            "defaults it to 80 % CPU",
+        )
+    lo = spec.get("minReplicas")
+    lo = lo if isinstance(lo, int) and lo >= 1 else 1  # KServe's HPA: at least 1
+    hi = spec.get("maxReplicas")
+    if not isinstance(hi, int) or hi <= lo:
+        yield (
+            f"spec.{comp}.maxReplicas",
+            f"maxReplicas {hi} with minReplicas {lo}: KServe's HPA gets maxReplicas = "
+            f"{max(lo, hi or 0)} and never scales out (set maxReplicas > {lo})",
+        )
+    if metric == "cpu" and not _cpu_request(spec):
+        yield (
+            f"spec.{comp}.model.resources.requests.cpu",
+            "a CPU utilisation target needs a CPU request on the model container: the HPA "
+            "divides usage by it (a custom container without one: 'missing request for cpu', "
+            "it never scales; the model container gets inferenceservice-config's default)",
+        )
+
+
+@check("inferenceservice-autoscaling")
+def inference_service_autoscaling(ctx: Context) -> Iterator[Hit]:
+    """KServe's autoscaling rules for the deployment mode each InferenceService gets (its
+    annotation, else the rendered or upstream default): Standard mode's HPA takes cpu/memory
+    with a CPU request and room to scale; Knative's KPA takes concurrency/rps."""
+    default_mode, source = default_deployment_mode(ctx)
+    for o in ctx.kinds("InferenceService"):
+        if o.embedded_in:
+            continue  # the serve step applies metadata only (serve-consistency)
+        ann = o.meta.get("annotations") or {}
+        mode = LEGACY_MODES.get(ann.get(MODE_ANNOTATION), ann.get(MODE_ANNOTATION))
+        mode_text = f"{mode} mode" if mode else f"{default_mode} mode (default, from {source})"
+        mode = mode or default_mode
+        klass = ann.get(CLASS_ANNOTATION)
+        if klass is not None and klass not in AUTOSCALER_CLASSES:
+            msg = f"{klass!r} is not one of KServe's autoscaler classes {AUTOSCALER_CLASSES}"
+            yield o, f"metadata.annotations.{CLASS_ANNOTATION}", msg
+            continue
+        for comp, spec in components(o):
+            if mode == "Standard":
+                if klass in (None, "hpa"):
+                    for field, msg in _hpa_rules(comp, spec, webhook=klass == "hpa"):
+                        yield o, field, f"{mode_text}: {msg}"
+                elif klass == "keda" and spec.get("scaleMetric"):
+                    yield o, f"spec.{comp}.scaleMetric", f"{mode_text}: KEDA takes no scaleMetric"
+            elif mode == "Knative":
+                if ann.get(KNATIVE_CLASS_ANNOTATION) == "hpa.autoscaling.knative.dev":
+                    for field, msg in _hpa_rules(comp, spec, webhook=True):
+                        yield o, field, f"{mode_text} (Knative's HPA class): {msg}"
+                    continue
+                metric = spec.get("scaleMetric") or "concurrency"
+                if metric not in KPA_METRICS:
+                    msg = (
+                        f"{metric!r}: Knative's autoscaler (KPA) scales on "
+                        f"{'/'.join(KPA_METRICS)} only (KServe's webhook rejects it; cpu/memory "
+                        "need Standard mode or Knative's HPA class)"
+                    )
+                    yield o, f"spec.{comp}.scaleMetric", f"{mode_text}: {msg}"
+                elif (
+                    metric == "rps"
+                    and isinstance(spec.get("scaleTarget"), int)
+                    and (spec["scaleTarget"] < 1)
+                ):
+                    msg = f"{mode_text}: an rps target is at least 1"
+                    yield o, f"spec.{comp}.scaleTarget", msg
+                if spec.get("deploymentStrategy"):
+                    msg = f"{mode_text}: deploymentStrategy is Standard mode's only"
+                    yield o, f"spec.{comp}.deploymentStrategy", msg

@@ -132,3 +132,76 @@ def test_path_not_on_the_pvc(broken):
         "not on a mounted PVC" in f.message and f.field == "spec.templates[select].container.args"
         for f in hits
     )
+
+
+def standard(d: dict, **predictor_fields) -> None:
+    """Make the InferenceService Standard mode (KServe's HPA) and update its predictor."""
+    d["metadata"].setdefault("annotations", {})["serving.kserve.io/deploymentMode"] = "Standard"
+    for knative_only in ("scaleMetric", "scaleTarget"):
+        predictor(d).pop(knative_only)
+    predictor(d).update(predictor_fields)
+
+
+def autoscaling_findings(broken) -> list:
+    return [f for f in broken.check() if f.check == "inferenceservice-autoscaling"]
+
+
+def test_autoscaling_standard_mode_on_cpu_passes(broken):
+    broken.edit(ISVC, lambda d: standard(d, scaleMetric="cpu", scaleTarget=50))
+    assert autoscaling_findings(broken) == []
+    broken.edit(ISVC, lambda d: d["metadata"]["annotations"].update(
+        {"serving.kserve.io/deploymentMode": "RawDeployment"}))  # fmt: skip
+    assert autoscaling_findings(broken) == []
+
+
+def test_autoscaling_knative_metric_in_standard_mode_is_refused(broken):
+    broken.edit(ISVC, lambda d: standard(d, scaleMetric="concurrency", scaleTarget=4))
+    (f,) = autoscaling_findings(broken)
+    assert (f.obj, f.field) == (ISVC_REF, "spec.predictor.scaleMetric")
+    assert "Standard mode" in f.message and "cpu/memory only" in f.message
+
+
+def test_autoscaling_hpa_metric_in_the_default_knative_mode_is_refused(broken):
+    broken.edit(ISVC, lambda d: predictor(d).update(scaleMetric="cpu"))
+    (f,) = autoscaling_findings(broken)
+    assert f.field == "spec.predictor.scaleMetric"
+    assert "Knative mode (default, from KServe's default" in f.message
+    assert "webhook rejects it" in f.message
+
+
+@pytest.mark.parametrize(
+    ("edit", "field", "text"),
+    [
+        (lambda p: p.pop("maxReplicas"), "spec.predictor.maxReplicas", "never scales out"),
+        (lambda p: p.update(maxReplicas=1), "spec.predictor.maxReplicas", "maxReplicas 1 with"),
+        (
+            lambda p: p["model"]["resources"]["requests"].pop("cpu"),
+            "spec.predictor.model.resources.requests.cpu",
+            "needs a CPU request",
+        ),
+        (lambda p: p.update(scaleTarget=0), "spec.predictor.scaleTarget", "1-100"),
+        (
+            lambda p: p.update(scaleMetric="memory", scaleTarget=None),
+            "spec.predictor.scaleTarget",
+            "memory without scaleTarget",
+        ),
+    ],
+)
+def test_autoscaling_standard_mode_that_would_never_scale_is_refused(broken, edit, field, text):
+    def breaking(d):
+        standard(d, scaleMetric="cpu", scaleTarget=50)
+        edit(predictor(d))
+        predictor(d).pop("scaleTarget") if predictor(d).get("scaleTarget", 1) is None else None
+
+    broken.edit(ISVC, breaking)
+    (f,) = autoscaling_findings(broken)
+    assert (f.obj, f.field) == (ISVC_REF, field)
+    assert text in f.message, f.message
+
+
+def test_autoscaling_unknown_autoscaler_class_is_refused(broken):
+    broken.edit(ISVC, lambda d: standard(d, scaleMetric="cpu", scaleTarget=50))
+    broken.edit(ISVC, lambda d: d["metadata"]["annotations"].update(
+        {"serving.kserve.io/autoscalerClass": "kpa"}))  # fmt: skip
+    (f,) = autoscaling_findings(broken)
+    assert f.field == "metadata.annotations.serving.kserve.io/autoscalerClass"
