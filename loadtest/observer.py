@@ -6,8 +6,9 @@
 
 Every ``--interval`` seconds it records one :class:`Sample`: ready and total predictor pods
 (label ``serving.kserve.io/inferenceservice=<isvc>``, terminating pods not counted), the desired
-replicas (Knative ``PodAutoscaler`` ``status.desiredScale`` in serverless mode, else the
-predictor ``Deployment``'s ``spec.replicas``), and Locust's current users and requests/s (its web
+replicas (Knative ``PodAutoscaler`` ``status.desiredScale`` in serverless mode, the
+``HorizontalPodAutoscaler``'s ``status.desiredReplicas`` in Standard mode, else the predictor
+``Deployment``'s ``spec.replicas``), and Locust's current users and requests/s (its web
 API ``/stats/requests``, or the ``*_stats_history.csv`` of a headless run). At the end it writes
 ``timeline.csv``, ``verdict.json`` and ``timeline.png`` and exits 0 when :func:`judge` passes:
 
@@ -134,6 +135,18 @@ def desired_from_podautoscalers(pa_list: Any) -> int | None:
     """Sum of ``status.desiredScale`` over Knative PodAutoscalers (``None``: none / unknown)."""
     values = [_get(pa, "status", "desiredScale") for pa in (_get(pa_list, "items") or [])]
     values = [int(v) for v in values if v is not None and int(v) >= 0]
+    return sum(values) if values else None
+
+
+def desired_from_hpas(hpa_list: Any) -> int | None:
+    """Sum of ``status.desiredReplicas`` over the predictor's HorizontalPodAutoscalers
+    (autoscaling/v2; client models or plain dicts; ``None``: none found or not computed yet)."""
+    values = []
+    for hpa in _get(hpa_list, "items") or []:
+        v = _get(hpa, "status", "desired_replicas")
+        v = _get(hpa, "status", "desiredReplicas") if v is None else v
+        if v is not None:
+            values.append(int(v))
     return sum(values) if values else None
 
 
@@ -423,10 +436,13 @@ class ClusterReader:
         custom: ``CustomObjectsApi`` (``list_namespaced_custom_object``) or ``None``.
         namespace: the InferenceService's namespace.
         isvc: the InferenceService's name.
+        autoscaling: ``AutoscalingV2Api`` (``list_namespaced_horizontal_pod_autoscaler``) or
+            ``None``.
     """
 
-    def __init__(self, core, apps, custom, namespace: str, isvc: str):
+    def __init__(self, core, apps, custom, namespace: str, isvc: str, autoscaling=None):
         self.core, self.apps, self.custom = core, apps, custom
+        self.autoscaling = autoscaling
         self.namespace = namespace
         self.selector = f"{ISVC_LABEL}={isvc}"
 
@@ -437,7 +453,8 @@ class ClusterReader:
         )
 
     def desired(self) -> int | None:
-        """Knative PodAutoscaler desiredScale, else Deployment spec.replicas, else ``None``."""
+        """Knative PodAutoscaler desiredScale, else the HPA's desiredReplicas (Standard mode),
+        else Deployment spec.replicas, else ``None``."""
         from kubernetes.client.exceptions import ApiException
 
         if self.custom is not None:
@@ -451,6 +468,14 @@ class ClusterReader:
             except ApiException as exc:
                 if exc.status not in (403, 404):  # no Knative (raw deployment mode) is fine
                     raise
+        if self.autoscaling is not None:
+            value = desired_from_hpas(
+                self.autoscaling.list_namespaced_horizontal_pod_autoscaler(
+                    self.namespace, label_selector=self.selector
+                )
+            )
+            if value is not None:
+                return value
         if self.apps is not None:
             return desired_from_deployments(
                 self.apps.list_namespaced_deployment(self.namespace, label_selector=self.selector)
@@ -550,6 +575,7 @@ def main(args: argparse.Namespace) -> int:
         client.CustomObjectsApi(),
         args.namespace,
         args.isvc,
+        client.AutoscalingV2Api(),
     )
     wall0 = time.time()
     if args.locust_url:

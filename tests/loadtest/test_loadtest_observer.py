@@ -14,6 +14,7 @@ from loadtest.observer import (
     Observer,
     Sample,
     count_pods,
+    desired_from_hpas,
     judge,
     locust_at,
     plot_timeline,
@@ -201,6 +202,35 @@ def test_desired_falls_back_to_deployment_without_knative():
     reader.custom = FakeCustomObjectsApi(meta["snapshots"], fail_status=500)
     with pytest.raises(ApiException):
         reader.desired()
+
+
+def test_desired_reads_the_hpa_in_standard_mode():
+    meta = json.loads(FIXTURE.read_text())
+    api = ApiClient()
+
+    class FakeAutoscalingV2Api:
+        def __init__(self, desired):
+            self.desired, self.calls = desired, []
+
+        def list_namespaced_horizontal_pod_autoscaler(self, namespace, label_selector):
+            self.calls.append((namespace, label_selector))
+            status = {} if self.desired is None else {"desiredReplicas": self.desired}
+            return {"items": [{"status": status}]}
+
+    hpas = FakeAutoscalingV2Api(2)
+    reader = ClusterReader(
+        FakeCoreV1Api(meta["snapshots"], api),
+        FakeAppsV1Api(api, 3),
+        FakeCustomObjectsApi(meta["snapshots"], fail_status=404),
+        "fashion-mnist",
+        "fashion-mnist",
+        hpas,
+    )
+    assert reader.desired() == 2  # the HPA's, not the Deployment's 3
+    assert hpas.calls == [("fashion-mnist", "serving.kserve.io/inferenceservice=fashion-mnist")]
+    reader.autoscaling = FakeAutoscalingV2Api(None)  # not computed yet: the Deployment's
+    assert reader.desired() == 3
+    assert desired_from_hpas({"items": []}) is None
 
 
 def test_locust_history_csv(tmp_path):
