@@ -23,6 +23,9 @@ from http import HTTPStatus
 from serving import DEFAULT_MODEL_NAME, kserve_compat
 
 log = logging.getLogger(__name__)
+# The headers that make a request a CloudEvent in binary mode (CloudEvents HTTP binding;
+# cloudevents.sdk.converters.util.has_binary_headers), lower-case as ASGI gives them.
+CLOUDEVENT_BINARY_HEADERS = (b"ce-specversion", b"ce-id", b"ce-source", b"ce-type")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -111,8 +114,11 @@ class BodyLimitMiddleware:
 
     * 413 when the body exceeds ``max_body_bytes``: at once from ``Content-Length``, and for a
       chunked body (no ``Content-Length``) as soon as the bytes read pass the limit;
-    * 415 for CloudEvents binary-mode requests (``ce-*`` headers): KServe's decoder fails on them
-      with a 500; this server speaks plain V1 JSON only.
+    * 415 for CloudEvents binary-mode requests (all of ``ce-specversion``, ``ce-id``,
+      ``ce-source``, ``ce-type``: the CloudEvents SDK's ``has_binary_headers``, the test KServe's
+      decoder applies): that decoder fails on them with a 500; this server speaks plain V1 JSON
+      only. Other ``ce-*`` headers pass, like TF Serving, which ignores them: a client sets
+      ``Ce-Id`` to name the events KServe's logger (the agent) sends for its request.
     """
 
     def __init__(self, app, max_body_bytes: int):
@@ -132,7 +138,7 @@ class BodyLimitMiddleware:
         too_big = (
             f"request body over {self.max_body_bytes} bytes (--max_instances x --max_image_bytes)"
         )
-        if any(k.startswith(b"ce-") for k in headers):
+        if all(k in headers for k in CLOUDEVENT_BINARY_HEADERS):
             await self._reject(
                 scope, receive, send, HTTPStatus.UNSUPPORTED_MEDIA_TYPE,
                 "CloudEvents binary mode (ce-* headers) is not supported: send a V1 JSON body",

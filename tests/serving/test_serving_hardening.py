@@ -47,6 +47,15 @@ def test_cloudevents_binary_headers_are_a_415_not_a_500(client, good):
     _still_serves(client, good)
 
 
+def test_a_cloudevents_id_alone_is_not_binary_mode(client, good):
+    """``Ce-Id`` names the events KServe's logger sends for a request (the agent reads it);
+    without the other required attributes the request is plain V1 JSON, as TF Serving sees it."""
+    for headers in ({"Ce-Id": "e2e-1"}, {"ce-specversion": "1.0", "ce-id": "1", "ce-type": "t"}):
+        r = client.post(PREDICT, content=json.dumps(good), headers=headers)
+        assert r.status_code == 200, (headers, r.text)
+        assert len(r.json()["predictions"]) == len(good["instances"])
+
+
 def test_chunked_body_over_the_limit_is_413_without_content_length(live_server, good):
     def chunks():
         yield b'{"instances": ['
