@@ -140,9 +140,13 @@ def desired_from_podautoscalers(pa_list: Any) -> int | None:
 
 def desired_from_hpas(hpa_list: Any) -> int | None:
     """Sum of ``status.desiredReplicas`` over the predictor's HorizontalPodAutoscalers
-    (autoscaling/v2; client models or plain dicts; ``None``: none found or not computed yet)."""
+    (autoscaling/v2; client models or plain dicts; ``None``: none found or not computed yet).
+    An HPA the controller has not synced yet reports ``desiredReplicas: 0`` (the field has no
+    omitempty) and no ``conditions``: it is skipped."""
     values = []
     for hpa in _get(hpa_list, "items") or []:
+        if not _get(hpa, "status", "conditions"):
+            continue
         v = _get(hpa, "status", "desired_replicas")
         v = _get(hpa, "status", "desiredReplicas") if v is None else v
         if v is not None:
@@ -469,11 +473,16 @@ class ClusterReader:
                 if exc.status not in (403, 404):  # no Knative (raw deployment mode) is fine
                     raise
         if self.autoscaling is not None:
-            value = desired_from_hpas(
-                self.autoscaling.list_namespaced_horizontal_pod_autoscaler(
-                    self.namespace, label_selector=self.selector
+            try:
+                value = desired_from_hpas(
+                    self.autoscaling.list_namespaced_horizontal_pod_autoscaler(
+                        self.namespace, label_selector=self.selector
+                    )
                 )
-            )
+            except ApiException as exc:
+                if exc.status not in (403, 404):  # not allowed to read HPAs: the Deployment's
+                    raise
+                value = None
             if value is not None:
                 return value
         if self.apps is not None:

@@ -137,11 +137,15 @@ options:
   etcdBinary: $ETCD_BIN/etcd
   kwokControllerBinary: $KWOK_BIN/kwok
 # Each built-in controller uses its own ServiceAccount (RBAC bootstrap roles), like kubeadm.
+# The HPA controller syncs every 5 s (default 15 s) and scales in after 30 s below target
+# (default 5 min): the real node's autoscaling test fits in minutes (KServe's HPAs set an
+# empty behavior, so this default applies to them).
 componentsPatches:
   - name: kube-controller-manager
     extraArgs:
-      - key: use-service-account-credentials
-        value: "true"
+      - {key: use-service-account-credentials, value: "true"}
+      - {key: horizontal-pod-autoscaler-sync-period, value: 5s}
+      - {key: horizontal-pod-autoscaler-downscale-stabilization, value: 30s}
 EOF
   if [[ "$REAL_NODE" != 0 ]]; then
     local pki="$E2E_DIR/kwok/clusters/$NAME/pki"
@@ -151,6 +155,8 @@ EOF
     # (logs, exec) and verifies its serving certificate; the namespaces of real-node pods opt in
     # through PodNodeSelector / PodTolerationRestriction. kwok leaves that node alone: it manages
     # only the nodes annotated kwok.x-k8s.io/node=fake (its binary runtime manages all by default).
+    # API aggregation (metrics-server's metrics.k8s.io): kwokctl already proxies with its admin
+    # certificate; the extension server trusts it as the front proxy, like kubeadm's flags.
     cat >> "$cfg" <<EOF
   - name: kube-apiserver
     extraArgs:
@@ -161,6 +167,11 @@ EOF
       - {key: kubelet-certificate-authority, value: $pki/ca.crt}
       - {key: kubelet-preferred-address-types, value: "InternalIP,Hostname"}
       - {key: enable-admission-plugins, value: "PodNodeSelector,PodTolerationRestriction"}
+      - {key: requestheader-client-ca-file, value: $pki/ca.crt}
+      - {key: requestheader-allowed-names, value: kwok-admin}
+      - {key: requestheader-username-headers, value: X-Remote-User}
+      - {key: requestheader-group-headers, value: X-Remote-Group}
+      - {key: requestheader-extra-headers-prefix, value: X-Remote-Extra-}
   - name: kwok-controller
     extraArgs:
       - {key: manage-all-nodes, value: "false", override: true}

@@ -13,6 +13,14 @@
 #   argoexec   quay.io/argoproj/argoexec:ARGO_WORKFLOWS_E2E_VERSION   the executor scripts/tools.sh
 #              built (hack/tools/argo.sh), FROM scratch like upstream's distroless image:
 #              /bin/argoexec, /tmp 1777 (resource steps write /tmp/manifest.yaml), USER 8737
+#   agent      kserve/agent:KSERVE_VERSION   KServe's agent (hack/tools/kserve-agent.sh), the name
+#              KServe's inferenceservice-config gives it; FROM scratch like upstream's
+#              distroless static:nonroot: /ko-app/agent, USER 65532 (the pod mutator sets no
+#              command: the ENTRYPOINT must be the agent)
+#   event_display  localhost/fmnist-e2e/event-display:EVENT_DISPLAY_VERSION   Knative's
+#              event_display (hack/tools/event-display.sh), message-dumper's program, FROM
+#              scratch: /ko-app/event_display, USER 65532. A local name: the manifests pin
+#              upstream's image by digest, which a rebuild cannot match
 #
 # Usage:
 #   scripts/e2e-images.sh              build what is missing from the cache
@@ -29,7 +37,7 @@ source "$ROOT/scripts/lib.sh"
 CACHE="${FMNIST_IMAGES_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/fashion-mnist-gitops/images}"
 DEBIAN_MIRROR="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 BASE_REF=localhost/fmnist-python-base:3.11-bookworm
-IMAGES=(pause python ml argoexec)
+IMAGES=(pause python ml argoexec agent event_display)
 BUILD_TMP=""
 trap 'if [[ -n "$BUILD_TMP" ]]; then rm -rf "$BUILD_TMP"; fi' EXIT
 
@@ -47,14 +55,24 @@ ref_of() { # IMAGE -> the reference pods ask for (what the kubelet's CRI call na
     # the name the workflow-controller gives its executor (Argo's config.go: quay.io/argoproj/
     # argoexec:<its version>; neither the manifests nor the e2e set executor.image)
     argoexec) echo "quay.io/argoproj/argoexec:$ARGO_WORKFLOWS_E2E_VERSION" ;;
+    # kserve-v0.20.0.yaml, ConfigMap inferenceservice-config: agent.image and logger.image
+    agent) echo "docker.io/kserve/agent:$(pinned_version KSERVE_VERSION)" ;;
+    event_display) echo "localhost/fmnist-e2e/event-display:$EVENT_DISPLAY_VERSION" ;;
   esac
+}
+
+bin_digest() { # BINARY (scripts/tools.sh --bin) -> its sha256, or a line saying it is not built
+  local bin
+  if bin="$("$ROOT/scripts/tools.sh" --bin "$1" 2>/dev/null)"; then sha256sum < "$bin"; else echo "$1: not built"; fi
 }
 
 inputs_of() { # IMAGE -> what its key hashes besides its recipe and reference
   case "$1" in
     pause) cat "$(k8s_module_dir)/build/pause/linux/pause.c" ;;
     python) echo "$DEBIAN_MIRROR bookworm" ;;
-    argoexec) sha256sum < "$("$ROOT/scripts/tools.sh" --bin argoexec)" ;;
+    argoexec) bin_digest argoexec ;;
+    agent) bin_digest kserve-agent ;;
+    event_display) bin_digest event_display ;;
     ml) # the base it is built on, and what .dockerignore lets into the build context
       archive_of python
       (cd "$ROOT" && cat Dockerfile pyproject.toml README.md \
@@ -124,6 +142,30 @@ build_argoexec() {
   buildah config --env PATH=/usr/local/bin:/usr/bin:/bin --user 8737 \
     --entrypoint '["argoexec"]' "$c"
   buildah commit --rm "$c" "$2" >/dev/null
+}
+
+# A Go program alone, like ko's images (distroless static:nonroot): /ko-app/NAME, USER 65532.
+ko_like() { # REF BINARY NAME
+  local c m
+  c="$(buildah from scratch)"
+  m="$(buildah mount "$c")"
+  install -D -m 0755 "$2" "$m/ko-app/$3"
+  mkdir -m 1777 "$m/tmp"
+  buildah umount "$c" >/dev/null
+  buildah config --user 65532:65532 --entrypoint "[\"/ko-app/$3\"]" "$c"
+  buildah commit --rm "$c" "$1" >/dev/null
+}
+
+build_agent() {
+  local bin
+  bin="$("$ROOT/scripts/tools.sh" --bin kserve-agent)" || die "build it first: scripts/tools.sh kserve-agent"
+  ko_like "$2" "$bin" agent
+}
+
+build_event_display() {
+  local bin
+  bin="$("$ROOT/scripts/tools.sh" --bin event_display)" || die "build it first: scripts/tools.sh event-display"
+  ko_like "$2" "$bin" event_display
 }
 
 build() {

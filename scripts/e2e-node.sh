@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The e2e cluster's real node: containerd + runc + the CNI bridge, kubelet, kube-proxy and
-# CoreDNS, from the binaries scripts/tools.sh built at the versions in versions.env, all host
+# CoreDNS and metrics-server, from the binaries scripts/tools.sh built at the versions in
+# versions.env, all host
 # processes of the run's network and mount namespace (scripts/e2e-cluster.sh creates it and
 # calls this script inside it). Each component's settings are in the function named after it
 # below. See docs/e2e.md, "Real node".
@@ -13,7 +14,7 @@
 # Network (the run's namespace has no uplink and no default route): bridge fmnist0 =
 # 10.244.0.1/24 = node IP = API server advertise address = CoreDNS; pods get 10.244.0.x from
 # host-local, route only to the bridge, no masquerade. Service CIDR 10.0.0.0/24 (kwokctl's
-# default): kubernetes = 10.0.0.1, through kube-proxy (iptables mode).
+# default, routed onto the bridge): kubernetes = 10.0.0.1, through kube-proxy (iptables mode).
 # Placement: the node registers with the taint e2e.fashion-mnist/real-node=true:NoSchedule and
 # the label e2e.fashion-mnist/real-node=true; a namespace opts in with PodNodeSelector /
 # PodTolerationRestriction annotations (tests/e2e/real_node.py), so platform pods stay on kwok.
@@ -35,6 +36,7 @@ source <(grep -E '^(PAUSE_VERSION|COREDNS_VERSION)=' "$ROOT/versions.env")
 NODE_NAME=fmnist-e2e-node
 NODE_IP=10.244.0.1
 POD_CIDR=10.244.0.0/24
+SERVICE_CIDR=10.0.0.0/24 # kwokctl's default --service-cluster-ip-range
 BRIDGE=fmnist0
 CLUSTER_DOMAIN=cluster.local
 REAL_NODE_LABEL=e2e.fashion-mnist/real-node
@@ -62,16 +64,17 @@ paths() {
   RUNC="$("$TOOLS" --bin runc)"
   CNI_BIN="$("$TOOLS" --bin-dir cni-plugins)"
   COREDNS="$("$TOOLS" --bin coredns)"
+  METRICS_SERVER="$("$TOOLS" --bin metrics-server)"
   KC=("$K8S_BIN/kubectl" --kubeconfig "$E2E_DIR/kubeconfig")
   SERVER="$("${KC[@]}" config view --minify -o jsonpath='{.clusters[0].cluster.server}')"
 }
 
 # A client or serving certificate signed by the cluster's CA (kwokctl's pki/ca.key).
-cert() { # NAME SUBJECT [IP_SAN]
-  local name="$1" subj="$2" san="${3:-}" ext="$NODE/certs/$1.ext"
+cert() { # NAME SUBJECT [IP_SAN [DNS_SAN]]: a serving certificate when IP_SAN is given
+  local name="$1" subj="$2" san="${3:-}" dns="${4:-$NODE_NAME}" ext="$NODE/certs/$1.ext"
   printf 'basicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\n' > "$ext"
   if [[ -n "$san" ]]; then
-    printf 'extendedKeyUsage=serverAuth\nsubjectAltName=IP:%s,DNS:%s\n' "$san" "$NODE_NAME" >> "$ext"
+    printf 'extendedKeyUsage=serverAuth\nsubjectAltName=IP:%s,DNS:%s\n' "$san" "$dns" >> "$ext"
   else
     printf 'extendedKeyUsage=clientAuth\n' >> "$ext"
   fi
@@ -97,6 +100,10 @@ network() {
   ip link add "$BRIDGE" type bridge
   ip addr add "$NODE_IP/24" dev "$BRIDGE"
   ip link set "$BRIDGE" up
+  # Service IPs from the namespace's own processes (the tests, Locust, the API server reaching
+  # metrics-server's APIService): routed onto the bridge, where kube-proxy's OUTPUT rules DNAT
+  # them to a pod or the node; a node would use its default route, which this namespace lacks
+  ip route add "$SERVICE_CIDR" dev "$BRIDGE"
   # the bridge plugin would set ip_forward itself; this namespace's own setting, no uplink
   sysctl -qw net.ipv4.ip_forward=1
   mkdir -p "$NODE/cni/net.d" "$NODE/cni/data"
@@ -332,6 +339,94 @@ EOF
   wait_for coredns curl -fsS http://127.0.0.1:8181/ready
 }
 
+# The resource metrics API (metrics.k8s.io: what an HPA's cpu/memory metrics and `kubectl top`
+# read), scraped from the real node's kubelet (/metrics/resource, its serving certificate
+# verified; the kwok nodes have no kubelet: --node-selector) and served on the bridge through
+# upstream's APIService, whose Service has no selector: its one endpoint is this process.
+# Resolution 15 s, as upstream's manifests (it must exceed the 10 s kubelet request timeout).
+# RBAC as upstream's components.yaml grants its ServiceAccount, bound to this certificate.
+metrics_server_start() {
+  local svc=metrics-server.kube-system.svc port=4443
+  cert metrics-server "/CN=e2e:metrics-server"
+  cert metrics-server-serving "/CN=$svc" "$NODE_IP" "$svc"
+  kubeconfig metrics-server
+  "${KC[@]}" apply -f - >/dev/null <<EOF
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: "system:metrics-server"}
+rules:
+  - {apiGroups: [""], resources: [nodes/metrics], verbs: [get]}
+  - {apiGroups: [""], resources: [pods, nodes], verbs: [get, list, watch]}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata:
+  name: "system:aggregated-metrics-reader"
+  labels:
+    rbac.authorization.k8s.io/aggregate-to-admin: "true"
+    rbac.authorization.k8s.io/aggregate-to-edit: "true"
+    rbac.authorization.k8s.io/aggregate-to-view: "true"
+rules:
+  - {apiGroups: [metrics.k8s.io], resources: [pods, nodes], verbs: [get, list, watch]}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: "system:metrics-server"}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: "system:metrics-server"}
+subjects: [{apiGroup: rbac.authorization.k8s.io, kind: User, name: "e2e:metrics-server"}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: "metrics-server:system:auth-delegator"}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: "system:auth-delegator"}
+subjects: [{apiGroup: rbac.authorization.k8s.io, kind: User, name: "e2e:metrics-server"}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: metrics-server-auth-reader, namespace: kube-system}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: extension-apiserver-authentication-reader}
+subjects: [{apiGroup: rbac.authorization.k8s.io, kind: User, name: "e2e:metrics-server"}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: metrics-server, namespace: kube-system}
+spec:
+  ports: [{name: https, port: 443, targetPort: $port, protocol: TCP}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: metrics-server-e2e
+  namespace: kube-system
+  labels: {kubernetes.io/service-name: metrics-server}
+addressType: IPv4
+endpoints: [{addresses: ["$NODE_IP"], conditions: {ready: true}}]
+ports: [{name: https, port: $port, protocol: TCP}]
+---
+apiVersion: apiregistration.k8s.io/v1
+kind: APIService
+metadata: {name: v1beta1.metrics.k8s.io}
+spec:
+  group: metrics.k8s.io
+  version: v1beta1
+  groupPriorityMinimum: 100
+  versionPriority: 100
+  service: {name: metrics-server, namespace: kube-system, port: 443}
+  caBundle: $(base64 -w0 < "$PKI/ca.crt")
+EOF
+  "$METRICS_SERVER" --kubeconfig "$NODE/metrics-server.kubeconfig" \
+    --authentication-kubeconfig "$NODE/metrics-server.kubeconfig" \
+    --authorization-kubeconfig "$NODE/metrics-server.kubeconfig" \
+    --bind-address "$NODE_IP" --secure-port "$port" \
+    --tls-cert-file "$NODE/certs/metrics-server-serving.crt" \
+    --tls-private-key-file "$NODE/certs/metrics-server-serving.key" \
+    --kubelet-certificate-authority "$PKI/ca.crt" --kubelet-preferred-address-types InternalIP \
+    --kubelet-use-node-status-port --node-selector "$REAL_NODE_LABEL=true" \
+    --metric-resolution 15s > "$NODE/metrics-server.log" 2>&1 &
+  echo $! > "$NODE/metrics-server.pid"
+  wait_for metrics-server curl -fsSk "https://$NODE_IP:$port/livez"
+}
+
 wait_for() { # NAME CMD... : poll CMD every 0.5 s up to START_TIMEOUT while process NAME lives
   local name="$1" i pid
   shift
@@ -357,6 +452,7 @@ start() {
   coredns_start
   kube_proxy_start
   kubelet_start
+  metrics_server_start
   local ms=$((($(date +%s%N) - t0) / 1000000))
   echo "$ms" > "$NODE/start-ms"
   log "node $NODE_NAME Ready in $((ms / 1000)).$((ms % 1000 / 100)) s ($(wc -l < "$NODE/images.txt") images)"
@@ -395,6 +491,7 @@ stop() {
   for d in $(cgroup_dirs); do
     for p in $(cat "$d/cgroup.procs" 2>/dev/null); do kill -KILL "$p" 2>/dev/null || true; done
   done
+  stop_pid metrics-server
   stop_pid kube-proxy
   stop_pid coredns
   stop_pid containerd

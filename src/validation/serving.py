@@ -88,62 +88,113 @@ def default_deployment_mode(ctx: Context) -> tuple[str, str]:
     """(mode, where it comes from): the rendered inferenceservice-config's
     ``defaultDeploymentMode``, else upstream's (the platform is not rendered with this check)."""
     for cm in ctx.everywhere("ConfigMap"):
-        if cm.name == "inferenceservice-config" and "deploy" in (cm.doc.get("data") or {}):
-            try:
-                mode = json.loads(cm.doc["data"]["deploy"]).get("defaultDeploymentMode")
-            except ValueError:
-                continue
-            if mode:
-                return LEGACY_MODES.get(mode, mode), f"ConfigMap {cm.namespace}/{cm.name}"
+        data = cm.doc.get("data")
+        if cm.name != "inferenceservice-config" or not isinstance(data, dict):
+            continue
+        try:
+            deploy = json.loads(data.get("deploy"))
+        except (TypeError, ValueError):
+            continue
+        mode = deploy.get("defaultDeploymentMode") if isinstance(deploy, dict) else None
+        if isinstance(mode, str) and mode:
+            return LEGACY_MODES.get(mode, mode), f"ConfigMap {cm.namespace}/{cm.name}"
     return LEGACY_MODES[UPSTREAM_DEFAULT_MODE], "KServe's default inferenceservice-config"
 
 
-def _cpu_request(spec: dict) -> bool:
-    """Whether the model container (or every custom container) of a component asks for CPU."""
-    containers = [spec["model"]] if isinstance(spec.get("model"), dict) else []
-    containers += [c for c in spec.get("containers") or [] if isinstance(c, dict)]
-    return bool(containers) and all(
-        dig(c, "resources", "requests", "cpu") is not None for c in containers
-    )
+def _int(value) -> int | None:
+    """An integer field, else ``None`` (a wrong type is the schema check's finding)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def _hpa_rules(comp: str, spec: dict, webhook: bool) -> Iterator[tuple[str, str]]:
-    """Standard mode with KServe's HPA (or Knative's HPA class): what the webhook refuses when
-    it checks (``webhook``), and what makes an HPA that never scales or scales on another metric."""
-    metric = spec.get("scaleMetric") or "cpu"
-    target = spec.get("scaleTarget")
-    who = "KServe's webhook rejects it" if webhook else "KServe's HPA gets no such metric"
-    if metric not in HPA_METRICS:
-        yield (
-            f"spec.{comp}.scaleMetric",
-            f"{metric!r}: an HPA scales on {'/'.join(HPA_METRICS)} only ({who}; concurrency "
-            "and rps are Knative's)",
-        )
-        return
-    if metric == "cpu" and isinstance(target, int) and not 1 <= target <= 100:
-        yield f"spec.{comp}.scaleTarget", f"{target}: a CPU utilisation target is 1-100 (%)"
-    if metric == "memory" and target is None:
-        yield (
-            f"spec.{comp}.scaleTarget",
-            "scaleMetric memory without scaleTarget: KServe's HPA gets no metric and the API "
-            "defaults it to 80 % CPU",
-        )
-    lo = spec.get("minReplicas")
-    lo = lo if isinstance(lo, int) and lo >= 1 else 1  # KServe's HPA: at least 1
-    hi = spec.get("maxReplicas")
-    if not isinstance(hi, int) or hi <= lo:
-        yield (
-            f"spec.{comp}.maxReplicas",
-            f"maxReplicas {hi} with minReplicas {lo}: KServe's HPA gets maxReplicas = "
-            f"{max(lo, hi or 0)} and never scales out (set maxReplicas > {lo})",
-        )
-    if metric == "cpu" and not _cpu_request(spec):
-        yield (
-            f"spec.{comp}.model.resources.requests.cpu",
-            "a CPU utilisation target needs a CPU request on the model container: the HPA "
-            "divides usage by it (a custom container without one: 'missing request for cpu', "
-            "it never scales; the model container gets inferenceservice-config's default)",
-        )
+def _unrequested_cpu(comp: str, spec: dict, runtimes: dict[str, dict]) -> list[str]:
+    """Fields of the containers whose pod would have no CPU request (the HPA then reports
+    'missing request for cpu' and never scales). What KServe fills in counts as a request: a
+    ``model`` takes its ServingRuntime's container resources (MergeRuntimeContainers; only
+    known when the runtime is rendered), a framework spec (``tensorflow:``, ...) and the first
+    custom container take inferenceservice-config's default; further containers take nothing."""
+    missing = []
+    model = spec.get("model")
+    if isinstance(model, dict) and dig(model, "resources", "requests", "cpu") is None:
+        runtime = runtimes.get(model.get("runtime"))
+        if runtime is not None and not any(
+            dig(c, "resources", "requests", "cpu") is not None
+            for c in dig(runtime, "spec", "containers") or []
+            if isinstance(c, dict) and c.get("name") == "kserve-container"
+        ):
+            missing.append(f"spec.{comp}.model.resources.requests.cpu")
+    containers = spec.get("containers")
+    for i, c in enumerate(containers if isinstance(containers, list) else []):
+        if i > 0 and isinstance(c, dict) and dig(c, "resources", "requests", "cpu") is None:
+            missing.append(f"spec.{comp}.containers[{i}].resources.requests.cpu")
+    return missing
+
+
+def _hpa_rules(
+    comp: str, spec: dict, webhook: bool, kserve_hpa: bool, runtimes: dict[str, dict]
+) -> Iterator[tuple[str, str]]:
+    """An HPA's rules: what KServe's webhook refuses when it checks (``webhook``: class
+    ``hpa``, or Knative's HPA class), and what makes KServe's own HPA (``kserve_hpa``: Standard
+    mode) never scale or scale on another metric than the one asked for."""
+    auto = spec.get("autoScaling")
+    if isinstance(auto, dict):  # then KServe reads autoScaling.metrics alone (getHPAMetrics)
+        metrics = [m for m in auto.get("metrics") or [] if isinstance(m, dict)]
+        for i, m in enumerate(metrics):
+            if webhook and m.get("type") != "Resource":
+                yield (
+                    f"spec.{comp}.autoScaling.metrics[{i}].type",
+                    f"{m.get('type')!r}: KServe's HPA takes Resource metrics only (the webhook "
+                    "rejects it)",
+                )
+        uses_cpu = any(dig(m, "resource", "name") == "cpu" for m in metrics)
+    else:
+        metric = spec.get("scaleMetric") or "cpu"
+        target = _int(spec.get("scaleTarget"))
+        who = "KServe's webhook rejects it" if webhook else "KServe's HPA gets no such metric"
+        if metric not in HPA_METRICS:
+            yield (
+                f"spec.{comp}.scaleMetric",
+                f"{metric!r}: an HPA scales on {'/'.join(HPA_METRICS)} only ({who}; "
+                "concurrency and rps are Knative's)",
+            )
+            return
+        if target is not None and (target < 1 or (webhook and target > 100)):
+            limits = "1-100" if webhook else "at least 1"
+            yield f"spec.{comp}.scaleTarget", f"{target}: a {metric} target is {limits}"
+        if metric == "memory" and spec.get("scaleTarget") is None and kserve_hpa:
+            yield (
+                f"spec.{comp}.scaleTarget",
+                "scaleMetric memory without scaleTarget: KServe's HPA gets no metric and the "
+                "API defaults it to 80 % CPU",
+            )
+        uses_cpu = metric == "cpu"
+    if kserve_hpa:  # Knative's HPA class: Knative makes the HPA (max 0 = unbounded)
+        lo = _int(spec.get("minReplicas"))
+        lo = lo if lo is not None and lo >= 1 else 1  # KServe's HPA: at least 1
+        hi = _int(spec.get("maxReplicas"))
+        if hi is None or hi <= lo:
+            yield (
+                f"spec.{comp}.maxReplicas",
+                f"maxReplicas {spec.get('maxReplicas')} with minReplicas {lo}: KServe's HPA gets "
+                f"maxReplicas = {max(lo, hi or 0)} and never scales out (set maxReplicas > {lo}, "
+                f"or {CLASS_ANNOTATION}: none for a fixed size)",
+            )
+    if uses_cpu:
+        for field in _unrequested_cpu(comp, spec, runtimes):
+            yield (
+                field,
+                "a CPU utilisation target needs a CPU request on every container of the pod: "
+                "the HPA divides usage by it ('missing request for cpu': it never scales)",
+            )
+
+
+def _below_one(value) -> bool:
+    target = _int(value)
+    return target is not None and target < 1
+
+
+def _annotations(o) -> dict:
+    ann = o.meta.get("annotations")
+    return {k: v for k, v in ann.items() if isinstance(v, str)} if isinstance(ann, dict) else {}
 
 
 @check("inferenceservice-autoscaling")
@@ -152,10 +203,11 @@ def inference_service_autoscaling(ctx: Context) -> Iterator[Hit]:
     annotation, else the rendered or upstream default): Standard mode's HPA takes cpu/memory
     with a CPU request and room to scale; Knative's KPA takes concurrency/rps."""
     default_mode, source = default_deployment_mode(ctx)
+    runtimes = {o.name: o.doc for o in ctx.everywhere("ServingRuntime", "ClusterServingRuntime")}
     for o in ctx.kinds("InferenceService"):
-        if o.embedded_in:
+        if o.embedded_in or not isinstance(o.doc.get("spec"), dict):
             continue  # the serve step applies metadata only (serve-consistency)
-        ann = o.meta.get("annotations") or {}
+        ann = _annotations(o)
         mode = LEGACY_MODES.get(ann.get(MODE_ANNOTATION), ann.get(MODE_ANNOTATION))
         mode_text = f"{mode} mode" if mode else f"{default_mode} mode (default, from {source})"
         mode = mode or default_mode
@@ -167,13 +219,14 @@ def inference_service_autoscaling(ctx: Context) -> Iterator[Hit]:
         for comp, spec in components(o):
             if mode == "Standard":
                 if klass in (None, "hpa"):
-                    for field, msg in _hpa_rules(comp, spec, webhook=klass == "hpa"):
+                    rules = _hpa_rules(comp, spec, klass == "hpa", True, runtimes)
+                    for field, msg in rules:
                         yield o, field, f"{mode_text}: {msg}"
                 elif klass == "keda" and spec.get("scaleMetric"):
                     yield o, f"spec.{comp}.scaleMetric", f"{mode_text}: KEDA takes no scaleMetric"
-            elif mode == "Knative":
+            else:  # Knative, or any other value: the webhook's default branch (KPA)
                 if ann.get(KNATIVE_CLASS_ANNOTATION) == "hpa.autoscaling.knative.dev":
-                    for field, msg in _hpa_rules(comp, spec, webhook=True):
+                    for field, msg in _hpa_rules(comp, spec, True, False, runtimes):
                         yield o, field, f"{mode_text} (Knative's HPA class): {msg}"
                     continue
                 metric = spec.get("scaleMetric") or "concurrency"
@@ -184,11 +237,7 @@ def inference_service_autoscaling(ctx: Context) -> Iterator[Hit]:
                         "need Standard mode or Knative's HPA class)"
                     )
                     yield o, f"spec.{comp}.scaleMetric", f"{mode_text}: {msg}"
-                elif (
-                    metric == "rps"
-                    and isinstance(spec.get("scaleTarget"), int)
-                    and (spec["scaleTarget"] < 1)
-                ):
+                elif metric == "rps" and _below_one(spec.get("scaleTarget")):
                     msg = f"{mode_text}: an rps target is at least 1"
                     yield o, f"spec.{comp}.scaleTarget", msg
                 if spec.get("deploymentStrategy"):

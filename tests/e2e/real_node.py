@@ -74,15 +74,28 @@ def seeded_volume(namespace: str) -> Path:
         pytest.fail(f"no tfds build of fashion_mnist in {src}: set MIRROR_DIR=../shared")
     root = Path(os.environ["FMNIST_E2E_DIR"]) / "volumes" / namespace
     shutil.copytree(src, root / "tfds", dirs_exist_ok=True)
-    for path in [root, *root.rglob("*")]:
-        os.chown(path, UID, UID)
+    chown_tree(root)
     root.chmod(0o755)
     return root
+
+
+def chown_tree(root: Path) -> None:
+    """``root`` and everything under it owned by the image's user (what a pod writes there
+    later is its own)."""
+    for path in [root, *root.rglob("*")]:
+        os.chown(path, UID, UID)
 
 
 def imported_images() -> set[str]:
     """The image references the node's containerd holds (images.txt, written at its start)."""
     return {line for line in (node_dir() / "images.txt").read_text().split() if line}
+
+
+def imported_image(part: str) -> str:
+    """The one imported image reference containing ``part`` (e.g. ``"/event-display:"``)."""
+    found = sorted(ref for ref in imported_images() if part in ref)
+    assert len(found) == 1, f"{part!r} in the node's images: {found} (scripts/e2e-images.sh)"
+    return found[0]
 
 
 def ml_image(overlay: list[dict]) -> str:

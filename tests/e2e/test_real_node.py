@@ -147,7 +147,8 @@ print(json.dumps({{
 
 def test_the_run_has_no_uplink(node):
     """The run's network namespace (pytest runs in it) holds loopback, the node's bridge and the
-    pods' veths, and no route out: no default route, none but the pod network's."""
+    pods' veths, and no route out: no default route, none but the pod network's and the
+    Service range's, both on the bridge."""
     # /proc/net is the reading process's network namespace (/sys/class/net is the one that
     # mounted /sys: the host's)
     dev = Path("/proc/net/dev").read_text().splitlines()[2:]
@@ -157,7 +158,8 @@ def test_the_run_has_no_uplink(node):
     routes = [line.split() for line in Path("/proc/net/route").read_text().splitlines()[1:]]
     # columns: Iface Destination Gateway Flags RefCnt Use Metric Mask ...; hex, little-endian
     assert all(r[1] != "00000000" for r in routes), routes  # no default route
-    assert {(r[0], r[1], r[7]) for r in routes} == {("fmnist0", "0000F40A", "00FFFFFF")}, routes
+    pods, services = ("fmnist0", "0000F40A", "00FFFFFF"), ("fmnist0", "0000000A", "00FFFFFF")
+    assert {(r[0], r[1], r[7]) for r in routes} == {pods, services}, routes
 
 
 def test_an_image_that_was_not_imported_never_starts(kubectl, overlay, real_ns):

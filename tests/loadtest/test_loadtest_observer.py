@@ -214,8 +214,10 @@ def test_desired_reads_the_hpa_in_standard_mode():
 
         def list_namespaced_horizontal_pod_autoscaler(self, namespace, label_selector):
             self.calls.append((namespace, label_selector))
-            status = {} if self.desired is None else {"desiredReplicas": self.desired}
-            return {"items": [{"status": status}]}
+            synced = [{"type": "AbleToScale", "status": "True"}]
+            if self.desired is None:  # created, not synced yet: desiredReplicas 0, no conditions
+                return {"items": [{"status": {"desiredReplicas": 0, "currentReplicas": 0}}]}
+            return {"items": [{"status": {"desiredReplicas": self.desired, "conditions": synced}}]}
 
     hpas = FakeAutoscalingV2Api(2)
     reader = ClusterReader(

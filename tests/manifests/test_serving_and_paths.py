@@ -175,11 +175,16 @@ def test_autoscaling_hpa_metric_in_the_default_knative_mode_is_refused(broken):
         (lambda p: p.pop("maxReplicas"), "spec.predictor.maxReplicas", "never scales out"),
         (lambda p: p.update(maxReplicas=1), "spec.predictor.maxReplicas", "maxReplicas 1 with"),
         (
-            lambda p: p["model"]["resources"]["requests"].pop("cpu"),
-            "spec.predictor.model.resources.requests.cpu",
-            "needs a CPU request",
+            lambda p: p.update(
+                containers=[
+                    {"name": "kserve-container", "image": "x:1"},  # gets the config's default
+                    {"name": "sidecar", "image": "y:1", "resources": {"requests": {}}},
+                ]
+            ),
+            "spec.predictor.containers[1].resources.requests.cpu",
+            "needs a CPU request on every container",
         ),
-        (lambda p: p.update(scaleTarget=0), "spec.predictor.scaleTarget", "1-100"),
+        (lambda p: p.update(scaleTarget=0), "spec.predictor.scaleTarget", "at least 1"),
         (
             lambda p: p.update(scaleMetric="memory", scaleTarget=None),
             "spec.predictor.scaleTarget",
@@ -205,3 +210,49 @@ def test_autoscaling_unknown_autoscaler_class_is_refused(broken):
         {"serving.kserve.io/autoscalerClass": "kpa"}))  # fmt: skip
     (f,) = autoscaling_findings(broken)
     assert f.field == "metadata.annotations.serving.kserve.io/autoscalerClass"
+
+
+def test_autoscaling_cpu_request_may_come_from_the_runtime(broken):
+    """KServe merges the ServingRuntime's container into the model's: a request there counts
+    (kserve-tensorflow-serving asks for 1 CPU); a runtime without one leaves the pod without."""
+
+    def no_model_request(d):
+        standard(d, scaleMetric="cpu", scaleTarget=50)
+        predictor(d)["model"]["resources"]["requests"].pop("cpu")
+
+    broken.edit(ISVC, no_model_request)
+    assert [f for f in broken.check(*RUNTIMES) if f.check == "inferenceservice-autoscaling"] == []
+    runtime = {
+        "apiVersion": "serving.kserve.io/v1alpha1",
+        "kind": "ServingRuntime",
+        "metadata": {"name": "no-requests", "namespace": "fashion-mnist"},
+        "spec": {
+            "supportedModelFormats": [{"name": "tensorflow", "version": "2"}],
+            "containers": [{"name": "kserve-container", "image": "x:1"}],
+        },
+    }
+    broken.append(ISVC, runtime)
+    broken.edit(
+        ISVC,
+        lambda d: predictor(d)["model"].update(runtime="no-requests"),
+        kind="InferenceService",
+    )
+    (f,) = [f for f in broken.check(*RUNTIMES) if f.check == "inferenceservice-autoscaling"]
+    assert f.field == "spec.predictor.model.resources.requests.cpu"
+
+
+def test_autoscaling_targets_as_the_webhook_bounds_them(broken):
+    """With class hpa the webhook bounds every target to 1-100; without it (the webhook does not
+    check) an HPA's CPU utilisation may exceed 100 %."""
+    broken.edit(ISVC, lambda d: standard(d, scaleMetric="cpu", scaleTarget=150))
+    assert autoscaling_findings(broken) == []
+    broken.edit(ISVC, lambda d: d["metadata"]["annotations"].update(
+        {"serving.kserve.io/autoscalerClass": "hpa"}))  # fmt: skip
+    (f,) = autoscaling_findings(broken)
+    assert f.field == "spec.predictor.scaleTarget" and "1-100" in f.message
+
+
+def test_autoscaling_odd_types_do_not_crash(broken):
+    broken.edit(ISVC, lambda d: standard(d, scaleMetric="cpu", scaleTarget="50", maxReplicas="3"))
+    findings = autoscaling_findings(broken)
+    assert [f.field for f in findings] == ["spec.predictor.maxReplicas"]

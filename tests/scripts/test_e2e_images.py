@@ -53,7 +53,7 @@ def listing(root: Path, cache: Path) -> dict[str, tuple[str, str, str]]:
 
 def test_references_are_what_the_pods_ask_for(clone, tmp_path):
     images = listing(clone, tmp_path / "cache")
-    assert list(images) == ["pause", "python", "ml", "argoexec"]
+    assert list(images) == ["pause", "python", "ml", "argoexec", "agent", "event_display"]
     v = dict(
         line.split("=", 1) for line in (REPO / "versions.env").read_text().splitlines()
         if line and not line.startswith("#") and "=" in line
@@ -61,6 +61,11 @@ def test_references_are_what_the_pods_ask_for(clone, tmp_path):
     assert images["pause"][0] == f"registry.k8s.io/pause:{v['PAUSE_VERSION']}"
     # the overlay's image, normalised as containerd's CRI names it
     assert images["ml"][0] == "docker.io/fashion-mnist/ml:0.1.0"
+    # the agent as KServe's inferenceservice-config names it (the upstream manifest's logger)
+    agent = images["agent"][0].removeprefix("docker.io/")
+    mirror = Path(os.environ.get("UPSTREAM_MIRROR_DIR") or REPO.parent / "shared" / "upstream")
+    manifest = (mirror / f"kserve-{agent.rsplit(':', 1)[1]}.yaml").read_text()
+    assert f'\\"image\\" : \\"{agent}\\"' in manifest, agent
     assert all(state == "missing" for _, _, state in images.values())
     assert all(Path(a).parent == tmp_path / "cache" for _, a, _ in images.values())
 
