@@ -16,7 +16,12 @@ TOPICS = {
     "workflow": WORKFLOW | {"executor-security-context"},
     "rbac": {"rbac-wildcard", "rbac-refs", "namespaces", "rbac-grants", "controller-grants"},
     "training": {"tfjob-conditions", "tfjob-restart-policy", "pytorchjob-master"},
-    "serving": {"inferenceservice", "logger-url", "serve-consistency"},
+    "serving": {
+        "inferenceservice",
+        "inferenceservice-autoscaling",
+        "logger-url",
+        "serve-consistency",
+    },
     "cli_paths": {"cli-flags", "paths", "model-types"},
     "pods": {"resources", "resource-limits", "security-context", "image-tag", "probes"},
     "gitops": {"sync-waves", "argocd-drift"},
