@@ -55,7 +55,7 @@ ref_of() { # IMAGE -> the reference pods ask for (what the kubelet's CRI call na
     # the name the workflow-controller gives its executor (Argo's config.go: quay.io/argoproj/
     # argoexec:<its version>; neither the manifests nor the e2e set executor.image)
     argoexec) echo "quay.io/argoproj/argoexec:$ARGO_WORKFLOWS_E2E_VERSION" ;;
-    # kserve-v0.20.0.yaml, ConfigMap inferenceservice-config: agent.image and logger.image
+    # KServe's install manifest, ConfigMap inferenceservice-config: agent.image, logger.image
     agent) echo "docker.io/kserve/agent:$(pinned_version KSERVE_VERSION)" ;;
     event_display) echo "localhost/fmnist-e2e/event-display:$EVENT_DISPLAY_VERSION" ;;
   esac
