@@ -145,28 +145,20 @@ build_argoexec() {
 }
 
 # A Go program alone, like ko's images (distroless static:nonroot): /ko-app/NAME, USER 65532.
-ko_like() { # REF BINARY NAME
-  local c m
+ko_like() { # REF TOOL_BINARY NAME
+  local bin c m
+  bin="$("$ROOT/scripts/tools.sh" --bin "$2")" || die "build it first: scripts/tools.sh (--list names its recipe)"
   c="$(buildah from scratch)"
   m="$(buildah mount "$c")"
-  install -D -m 0755 "$2" "$m/ko-app/$3"
+  install -D -m 0755 "$bin" "$m/ko-app/$3"
   mkdir -m 1777 "$m/tmp"
   buildah umount "$c" >/dev/null
   buildah config --user 65532:65532 --entrypoint "[\"/ko-app/$3\"]" "$c"
   buildah commit --rm "$c" "$1" >/dev/null
 }
 
-build_agent() {
-  local bin
-  bin="$("$ROOT/scripts/tools.sh" --bin kserve-agent)" || die "build it first: scripts/tools.sh kserve-agent"
-  ko_like "$2" "$bin" agent
-}
-
-build_event_display() {
-  local bin
-  bin="$("$ROOT/scripts/tools.sh" --bin event_display)" || die "build it first: scripts/tools.sh event-display"
-  ko_like "$2" "$bin" event_display
-}
+build_agent() { ko_like "$2" kserve-agent agent; }
+build_event_display() { ko_like "$2" event_display event_display; }
 
 build() {
   local image="$1" archive ref t0

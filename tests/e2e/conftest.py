@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from e2e_kube import REPO_ROOT, Kubectl, wait_until
+from e2e_kube import REPO_ROOT, Kubectl, create_namespace
 
 
 @pytest.fixture(scope="session")
@@ -76,13 +76,7 @@ def namespace(kubectl: Kubectl, request: pytest.FixtureRequest) -> Iterator[str]
     most 27 characters: KServe's predictor host label ``<isvc>-predictor-<namespace>`` must fit
     in 63."""
     stem = "".join(c if c.isalnum() else "-" for c in request.node.name.lower())[:16].strip("-")
-    name = f"e2e-{stem}-{uuid.uuid4().hex[:6]}"
-    kubectl("create", "namespace", name)
-    wait_until(
-        lambda: kubectl.run("get", "serviceaccount", "default", "-n", name).returncode == 0,
-        timeout=30,
-        what=f"ServiceAccount default in {name}",
-    )
+    name = create_namespace(kubectl, f"e2e-{stem}-{uuid.uuid4().hex[:6]}")
     yield name
     kubectl.run("delete", "namespace", name, "--wait=false")
 

@@ -115,6 +115,18 @@ def wait_until(
         time.sleep(interval)
 
 
+def create_namespace(kubectl: Kubectl, name: str) -> str:
+    """Create namespace ``name`` and wait for its ``default`` ServiceAccount (pods cannot be
+    admitted before the controller-manager creates it); returns ``name``."""
+    kubectl("create", "namespace", name)
+    wait_until(
+        lambda: kubectl.run("get", "serviceaccount", "default", "-n", name).returncode == 0,
+        timeout=30,
+        what=f"ServiceAccount default in {name}",
+    )
+    return name
+
+
 def versions_env() -> dict[str, str]:
     """The KEY=VALUE pairs of versions.env (the one place versions are pinned)."""
     out: dict[str, str] = {}

@@ -35,7 +35,7 @@ import controllers
 import pytest
 import real_node
 import yaml
-from e2e_kube import REPO_ROOT, Kubectl, wait_until
+from e2e_kube import REPO_ROOT, create_namespace, wait_until
 from test_kserve import standard_mode
 from test_training_operator import one
 
@@ -56,17 +56,6 @@ READY_TIMEOUT_S = 300
 # own; with the controller-manager's 30 s scale-in stabilisation (scripts/e2e-cluster.sh) the
 # run takes minutes.
 CPU_TARGET = 50
-
-
-def _created_namespace(kubectl: Kubectl) -> str:
-    name = f"e2e-serving-{uuid.uuid4().hex[:6]}"
-    kubectl("create", "namespace", name)
-    wait_until(
-        lambda: kubectl.run("get", "serviceaccount", "default", "-n", name).returncode == 0,
-        timeout=30,
-        what=f"ServiceAccount default in {name}",
-    )
-    return name
 
 
 def message_dumper(ksvc: dict, namespace: str, image: str) -> list[dict]:
@@ -122,7 +111,7 @@ def served(kubectl, kubeconfig, overlay, platform) -> dict:
     from small_model import export_small_model
 
     real_node.node_name()
-    ns = _created_namespace(kubectl)
+    ns = create_namespace(kubectl, f"e2e-serving-{uuid.uuid4().hex[:6]}")
     real_node.opt_in(kubectl, ns)
     try:
         root = real_node.seeded_volume(ns)

@@ -188,7 +188,8 @@ def test_cold_start_grace():
     assert not judge(samples, 5, cold_start_s=10, hold_s=0).passed
 
 
-def test_desired_falls_back_to_deployment_without_knative():
+def _raw_mode_reader(autoscaling=None) -> tuple[ClusterReader, dict]:
+    """A reader of the fixture's pods, a Deployment of 3 replicas and no Knative (404)."""
     meta = json.loads(FIXTURE.read_text())
     api = ApiClient()
     reader = ClusterReader(
@@ -197,7 +198,13 @@ def test_desired_falls_back_to_deployment_without_knative():
         FakeCustomObjectsApi(meta["snapshots"], fail_status=404),
         "fashion-mnist",
         "fashion-mnist",
+        autoscaling,
     )
+    return reader, meta
+
+
+def test_desired_falls_back_to_deployment_without_knative():
+    reader, meta = _raw_mode_reader()
     assert reader.desired() == 3
     reader.custom = FakeCustomObjectsApi(meta["snapshots"], fail_status=500)
     with pytest.raises(ApiException):
@@ -205,9 +212,6 @@ def test_desired_falls_back_to_deployment_without_knative():
 
 
 def test_desired_reads_the_hpa_in_standard_mode():
-    meta = json.loads(FIXTURE.read_text())
-    api = ApiClient()
-
     class FakeAutoscalingV2Api:
         def __init__(self, desired):
             self.desired, self.calls = desired, []
@@ -220,14 +224,7 @@ def test_desired_reads_the_hpa_in_standard_mode():
             return {"items": [{"status": {"desiredReplicas": self.desired, "conditions": synced}}]}
 
     hpas = FakeAutoscalingV2Api(2)
-    reader = ClusterReader(
-        FakeCoreV1Api(meta["snapshots"], api),
-        FakeAppsV1Api(api, 3),
-        FakeCustomObjectsApi(meta["snapshots"], fail_status=404),
-        "fashion-mnist",
-        "fashion-mnist",
-        hpas,
-    )
+    reader, _ = _raw_mode_reader(hpas)
     assert reader.desired() == 2  # the HPA's, not the Deployment's 3
     assert hpas.calls == [("fashion-mnist", "serving.kserve.io/inferenceservice=fashion-mnist")]
     reader.autoscaling = FakeAutoscalingV2Api(None)  # not computed yet: the Deployment's
