@@ -23,7 +23,8 @@
 #              upstream's image by digest, which a rebuild cannot match
 #
 # Usage:
-#   scripts/e2e-images.sh              build what is missing from the cache
+#   scripts/e2e-images.sh [IMAGE...]   build what is missing from the cache (default: every
+#                                      image above, in that order)
 #   scripts/e2e-images.sh --archives   print each image's archive (docker-archive tar), in
 #                                      order; exit 1 if one is not built
 #   scripts/e2e-images.sh --list       print "IMAGE REFERENCE ARCHIVE STATE"
@@ -121,6 +122,7 @@ build_python() {
 build_ml() {
   local runc
   runc="$("$ROOT/scripts/tools.sh" --bin runc)" || die "build runc first: scripts/tools.sh runc"
+  [[ -f "$(archive_of python)" ]] || die "build the base first: scripts/e2e-images.sh python ml"
   # FROM the base this key names: its archive, loaded into buildah's store under its tag
   buildah pull --quiet "docker-archive:$(archive_of python)" >/dev/null
   # pip reaches PyPI through this machine's CA bundle: mounted for the build only, nothing of
@@ -186,6 +188,11 @@ build() {
 
 case "${1:-}" in
   "") for i in "${IMAGES[@]}"; do build "$i"; done ;;
+  [a-z]*)
+    for i in "$@"; do
+      [[ " ${IMAGES[*]} " == *" $i "* ]] || die "no image named '$i' (have: ${IMAGES[*]})"
+    done
+    for i in "$@"; do build "$i"; done ;;
   --archives)
     for i in "${IMAGES[@]}"; do
       a="$(archive_of "$i")"
@@ -198,7 +205,7 @@ case "${1:-}" in
       echo "$i $(ref_of "$i") $a $([[ -f "$a" ]] && echo built || echo missing)"
     done ;;
   -h|--help)
-    echo "usage: scripts/e2e-images.sh [--archives|--list]"
+    echo "usage: scripts/e2e-images.sh [IMAGE...|--archives|--list]"
     sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' ;;
-  *) die "usage: scripts/e2e-images.sh [--archives|--list] (see --help)" ;;
+  *) die "usage: scripts/e2e-images.sh [IMAGE...|--archives|--list] (see --help)" ;;
 esac
