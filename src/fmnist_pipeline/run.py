@@ -50,8 +50,8 @@ WORKFLOW_TEMPLATE = Path(__file__).resolve().parents[2] / "base/ml/pipeline/work
 
 def cluster_budget(path: Path = WORKFLOW_TEMPLATE) -> dict:
     """The cluster's training budget: the WorkflowTemplate's parameter defaults ``epochs``,
-    ``batch-size-per-replica``, ``learning-rate``, ``precision`` and ``validation-examples``
-    (all training images).
+    ``batch-size-per-replica``, ``learning-rate``, ``precision``, ``validation-examples`` and
+    ``train-examples`` (0: all training images).
 
     Raises:
         PipelineError: the template (a repository checkout's ``base/ml``) is missing or has
@@ -64,7 +64,7 @@ def cluster_budget(path: Path = WORKFLOW_TEMPLATE) -> dict:
         params = {p["name"]: p.get("value") for p in doc["spec"]["arguments"]["parameters"]}
         return {
             "epochs": int(params["epochs"]),
-            "train_examples": 0,
+            "train_examples": int(params["train-examples"]),
             "validation_examples": int(params["validation-examples"]),
             "batch_size_per_replica": int(params["batch-size-per-replica"]),
             "learning_rate": float(params["learning-rate"]),

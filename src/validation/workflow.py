@@ -87,13 +87,23 @@ def dag_cycles(ctx: Context) -> Iterator[Hit]:
 
 
 @check("workflow-params")
-def min_accuracy(ctx: Context) -> Iterator[Hit]:
-    """The ``min-accuracy`` parameter is a number in [0, 1] (the project's range type)."""
+def workflow_params(ctx: Context) -> Iterator[Hit]:
+    """``min-accuracy`` is a number in [0, 1] (the project's range type); ``train-pytorch`` is
+    ``true`` or ``false``: the pytorch task's ``when`` compares it with ``true`` (govaluate), and
+    any other word fails the run at that task, after ingest, instead of skipping it."""
     for o in ctx.kinds(*argo.WORKFLOW_KINDS):
+        params = argo.workflow_params(argo.workflow_spec(o))
         try:
-            FRACTION(argo.workflow_params(argo.workflow_spec(o)).get("min-accuracy", "0"))
+            FRACTION(params.get("min-accuracy", "0"))
         except ArgumentTypeError as e:
             yield o, "spec.arguments.parameters[min-accuracy].value", f"min-accuracy: {e}"
+        flag = params.get("train-pytorch", "true")
+        if flag not in ("true", "false"):
+            yield (
+                o,
+                "spec.arguments.parameters[train-pytorch].value",
+                f"train-pytorch: {flag!r} is neither 'true' nor 'false'",
+            )
 
 
 @check("memoize-key")

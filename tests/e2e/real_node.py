@@ -63,6 +63,12 @@ def opt_in(kubectl: Kubectl, namespace: str, restricted: bool = True) -> None:
         )  # fmt: skip
 
 
+def volume_root(namespace: str) -> Path:
+    """The host directory behind ``namespace``'s PVC on the real node (seeded_volume); what the
+    pods write under /mnt/shared is there."""
+    return Path(os.environ["FMNIST_E2E_DIR"]) / "volumes" / namespace
+
+
 def seeded_volume(namespace: str) -> Path:
     """A hostPath directory for the namespace's PVC (controllers.provide_volume host_path), owned
     by the image's user (a hostPath volume gets no fsGroup), with the offline tfds build of
@@ -72,7 +78,7 @@ def seeded_volume(namespace: str) -> Path:
     src = Path(os.environ.get("TFDS_DATA_DIR") or REPO_ROOT.parent / "shared" / "tfds")
     if not (src / "fashion_mnist").is_dir():
         pytest.fail(f"no tfds build of fashion_mnist in {src}: set MIRROR_DIR=../shared")
-    root = Path(os.environ["FMNIST_E2E_DIR"]) / "volumes" / namespace
+    root = volume_root(namespace)
     shutil.copytree(src, root / "tfds", dirs_exist_ok=True)
     chown_tree(root)
     root.chmod(0o755)

@@ -3,9 +3,11 @@
 Nothing here is simulated: the kubelet v1.34.1 runs the pods through containerd and runc, the
 CNI bridge gives them addresses, kube-proxy routes Service IPs, CoreDNS answers the cluster
 domain, and the containers are the project's own image, built offline from the repository's
-Dockerfile (scripts/e2e-images.sh). The TFJob test runs the WorkflowTemplate's ``train`` job
-through the real training-operator with two real TensorFlow workers that find each other by the
-TF_CONFIG host names and train with MultiWorkerMirroredStrategy across the two pods.
+Dockerfile (scripts/e2e-images.sh). The pipeline's own run (``submit-pipeline.sh --wait``, a
+small budget) runs every step for real through Argo's executor: ingest, three TFJobs whose two
+TensorFlow workers each find each other by the TF_CONFIG host names and train with
+MultiWorkerMirroredStrategy across the pods, select, serve. Only the PyTorchJob is left out
+(SMOKE_RUN says why).
 """
 
 from __future__ import annotations
@@ -13,16 +15,17 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import uuid
 from pathlib import Path
 
 import controllers
 import pytest
 import real_node
 from e2e_kube import REPO_ROOT, Kubectl, versions_env, wait_until
-from test_training_operator import condition, one, render_job
+from test_training_operator import condition, one
 
-REAL_TFJOB_TIMEOUT_S = 420
+# A whole pipeline run on 2 cores: ingest, three 2-worker TFJobs at once, select, serve (about
+# 4 min on a quiet machine; docs/e2e.md)
+PIPELINE_TIMEOUT_S = 900
 
 
 @pytest.fixture
@@ -183,81 +186,6 @@ def test_an_image_that_was_not_imported_never_starts(kubectl, overlay, real_ns):
     assert _phase(kubectl, real_ns, "missing") == "Pending"
 
 
-def _real_tfjob(kubectl, kubeconfig, overlay, ns: str, model_type: str) -> tuple[dict, object]:
-    """The pipeline's TFJob for ``model_type`` in ``ns`` on the real node, on a seeded volume,
-    cut to a budget that fits the e2e (1 epoch of 2,048 examples)."""
-    root = real_node.seeded_volume(ns)
-    controllers.provide_volume(kubeconfig, one(overlay, "PersistentVolumeClaim"), ns, root)
-    job, _ = render_job(overlay, f"rn-{uuid.uuid4().hex[:6]}", model_type)
-    job["metadata"]["namespace"] = ns
-    (c,) = job["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]["containers"]
-    args = c["args"]
-    args[args.index("--epochs") + 1] = "1"
-    args[args.index("--validation-examples") + 1] = "512"
-    args += ["--train-examples", "2048"]
-    return job, root
-
-
-def test_tfjob_trains_for_real_across_two_pods(kubectl, kubeconfig, overlay, real_ns, platform):
-    """The WorkflowTemplate's TFJob, created through the real training-operator: two real
-    TensorFlow workers resolve each other's TF_CONFIG host names (the operator's headless
-    Services, through CoreDNS), train one epoch with MultiWorkerMirroredStrategy across the two
-    pods, and only the chief (worker 0) exports a SavedModel onto the volume."""
-    job, root = _real_tfjob(kubectl, kubeconfig, overlay, real_ns, "cnn")
-    kubectl.apply(job)
-    name = job["metadata"]["name"]
-    ref = f"tfjob/{name}"
-
-    def finished():
-        j = kubectl.json("get", ref, "-n", real_ns)
-        return j if condition(j, "Succeeded") or condition(j, "Failed") else None
-
-    final = wait_until(finished, timeout=REAL_TFJOB_TIMEOUT_S, interval=2, what=f"{ref} finished")
-    logs = {i: kubectl.run("logs", "-n", real_ns, f"{name}-worker-{i}").stdout for i in (0, 1)}
-    assert condition(final, "Succeeded"), (final.get("status"), logs)
-    platform.check_alive()
-    assert "task worker:0 chief=True replicas=2" in logs[0], logs[0][-3000:]
-    assert "task worker:1 chief=False replicas=2" in logs[1], logs[1][-3000:]
-    assert "chief exported" in logs[0] and "chief exported" not in logs[1]
-    saved = list((root / "candidates" / "cnn").rglob("saved_model.pb"))
-    assert len(saved) == 1, saved
-    for i in (0, 1):
-        pod = kubectl.json("get", "pod", f"{name}-worker-{i}", "-n", real_ns)
-        assert pod["spec"]["nodeName"] == real_node.node_name()
-        (cs,) = pod["status"]["containerStatuses"]
-        assert cs["state"]["terminated"]["exitCode"] == 0
-
-
-def test_tfjob_with_a_worker_that_really_fails_fails(
-    kubectl, kubeconfig, overlay, real_ns, platform
-):
-    """A worker that exits 2 for real (an argument the trainer rejects: permanent under
-    restartPolicy ExitCode) fails the TFJob, promptly: the Failed condition the pipeline reads."""
-    job, _ = _real_tfjob(kubectl, kubeconfig, overlay, real_ns, "dropout")
-    (c,) = job["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]["containers"]
-    c["args"] += ["--learning-rate", "not-a-number"]
-    kubectl.apply(job)
-    ref = f"tfjob/{job['metadata']['name']}"
-    final = wait_until(
-        lambda: (j := kubectl.json("get", ref, "-n", real_ns)) and condition(j, "Failed") and j,
-        timeout=180,
-        what=f"{ref} Failed",
-    )
-    assert not condition(final, "Succeeded")
-    # the pods that exited stay (cleanPodPolicy Running deletes only those still running)
-    pods = kubectl.json(
-        "get", "pods", "-n", real_ns, "-l",
-        f"training.kubeflow.org/job-name={job['metadata']['name']}",
-    )["items"]  # fmt: skip
-    codes = [
-        (cs["state"].get("terminated") or {}).get("exitCode")
-        for p in pods
-        for cs in p["status"].get("containerStatuses") or []
-    ]
-    assert 2 in codes, (codes, final["status"])
-    platform.check_alive()
-
-
 # --- the pipeline's own Argo steps, real pods ------------------------------------------------
 
 PIPELINE_OBJECTS = {"ServiceAccount", "Role", "RoleBinding", "WorkflowTemplate"}
@@ -300,13 +228,16 @@ def pipeline_ns(kubectl, kubeconfig, overlay, real_ns, platform) -> str:
     return real_ns
 
 
-def _dev_loop(kubectl, kubeconfig, ns: str, *argv: str) -> subprocess.CompletedProcess:
-    """One of the README's scripts against namespace ``ns`` (lib.sh's NAMESPACE)."""
+def _dev_loop(
+    kubectl, kubeconfig, ns: str, *argv: str, timeout: int = 360
+) -> subprocess.CompletedProcess:
+    """One of the README's scripts against namespace ``ns`` (lib.sh's NAMESPACE), its TIMEOUT
+    ``timeout`` seconds."""
     env = {**os.environ, "KUBECONFIG": str(kubeconfig), "KUBECTL": kubectl.binary,
-           "NAMESPACE": ns, "TIMEOUT": "360", "POLL": "2"}  # fmt: skip
+           "NAMESPACE": ns, "TIMEOUT": str(timeout), "POLL": "2"}  # fmt: skip
     return subprocess.run(
         [str(REPO_ROOT / "scripts" / argv[0]), *argv[1:]],
-        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=420,
+        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=timeout + 60,
     )  # fmt: skip
 
 
@@ -341,15 +272,103 @@ def test_ingest_step_runs_with_the_real_executor(kubectl, kubeconfig, pipeline_n
     assert len(_workflow_pods(kubectl, pipeline_ns)) == 1
 
 
-def test_train_sh_runs_a_real_tfjob_through_the_executor(kubectl, kubeconfig, pipeline_ns):
-    """`scripts/train.sh cnn -p epochs=1`: the Workflow's resource step (argoexec in a real pod,
-    as the pipeline's ServiceAccount) creates the TFJob, whose two real workers train one epoch
-    of the full training split across the two pods, and waits for its successCondition; the
-    script exits 0."""
-    proc = _dev_loop(kubectl, kubeconfig, pipeline_ns, "train.sh", "cnn", "-p", "epochs=1")
+# The small budget of the pipeline's real run (`-p`, as a user cuts a smoke run): one epoch of
+# 2,048 training images per variant; requests small enough that the three 2-worker TFJobs are
+# scheduled at once on the 2-CPU node (training-operator v1.9.4 has no gang scheduling: jobs
+# admitted a worker at a time could each wait for a second worker forever); min-accuracy 0 (one
+# epoch of 2,048 images is not a model worth 0.85). The PyTorchJob is skipped: its image, the
+# pipeline image with PyTorch's CUDA wheels (about 8 GB), is not built for the e2e.
+SMOKE_RUN = {
+    "epochs": "1",
+    "train-examples": "2048",
+    "validation-examples": "512",
+    "batch-size-per-replica": "64",
+    "precision": "float32",
+    "min-accuracy": "0",
+    "train-pytorch": "false",
+    "train-resources": json.dumps(
+        {"requests": {"cpu": "200m", "memory": "768Mi"}, "limits": {"cpu": "2", "memory": "3Gi"}}
+    ),
+}
+
+
+def test_the_pipeline_runs_every_step_on_real_pods(kubectl, kubeconfig, overlay, pipeline_ns):
+    """The README's loop on the real node: the InferenceService as `deploy.sh` applies it, then
+    `submit-pipeline.sh --wait` with a small budget (``-p``). Every step is a real pod of the
+    real executor: ingest finds the tfds build on the PVC; the three TFJobs each run two real
+    TensorFlow workers that resolve their TF_CONFIG peers (the operator's headless Services,
+    through CoreDNS) and train with MultiWorkerMirroredStrategy, the chief alone exporting;
+    select scores the three candidates through their signatures and publishes version 1 on the
+    PVC; serve stamps the InferenceService through the pipeline's Role."""
+    isvc = _in_namespace(one(overlay, "InferenceService"), pipeline_ns)
+    kubectl.apply([isvc])
+    params = [a for k, v in SMOKE_RUN.items() for a in ("-p", f"{k}={v}")]
+    proc = _dev_loop(
+        kubectl, kubeconfig, pipeline_ns, "submit-pipeline.sh", "--wait", *params,
+        timeout=PIPELINE_TIMEOUT_S,
+    )  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    workflow = proc.stdout.split()[0]  # "workflow.argoproj.io/<name>", the script's first line
+    wf = kubectl.json("get", workflow, "-n", pipeline_ns)
+    name = wf["metadata"]["name"]
+    phases = {n["displayName"]: n["phase"] for n in wf["status"]["nodes"].values()}
+    for step in ("ingest", "cnn", "dropout", "batch-norm", "select", "serve"):
+        assert phases.get(step) == "Succeeded", phases
+    assert phases.get("pytorch") == "Skipped", phases
+    assert kubectl.json("get", "pytorchjobs", "-n", pipeline_ns)["items"] == []
+
     steps = _workflow_pods(kubectl, pipeline_ns)
     assert steps and all(p["spec"]["nodeName"] == real_node.node_name() for p in steps)
+    tfjobs = kubectl.json("get", "tfjobs", "-n", pipeline_ns)["items"]
+    assert sorted(j["metadata"]["labels"]["fashion-mnist.example.com/model-type"]
+                  for j in tfjobs) == ["batch_norm", "cnn", "dropout"]  # fmt: skip
+    for job in tfjobs:
+        job_name = job["metadata"]["name"]
+        assert condition(job, "Succeeded"), job["status"]
+        assert job["status"]["replicaStatuses"]["Worker"]["succeeded"] == 2
+        logs = {}
+        for i in (0, 1):
+            pod = kubectl.json("get", "pod", f"{job_name}-worker-{i}", "-n", pipeline_ns)
+            assert pod["spec"]["nodeName"] == real_node.node_name()
+            (cs,) = pod["status"]["containerStatuses"]
+            assert cs["state"]["terminated"]["exitCode"] == 0
+            logs[i] = kubectl("logs", "-n", pipeline_ns, f"{job_name}-worker-{i}")
+        assert "task worker:0 chief=True replicas=2" in logs[0], logs[0][-3000:]
+        assert "task worker:1 chief=False replicas=2" in logs[1], logs[1][-3000:]
+        assert "chief exported" in logs[0] and "chief exported" not in logs[1]
+
+    root = real_node.volume_root(pipeline_ns)
+    report = json.loads((root / "reports" / "selection.json").read_text())
+    assert report["published"] and report["version"] == 1, report
+    # select ranks every candidate it knows; the skipped PyTorchJob left none for this run
+    status = {k: c["status"] for k, c in report["candidates"].items()}
+    assert status == {"cnn": "ok", "dropout": "ok", "batch_norm": "ok", "pytorch": "invalid"}
+    assert report["chosen_model"] in ("cnn", "dropout", "batch_norm"), report
+    assert (root / "models" / "fashion-mnist" / "1" / "saved_model.pb").is_file()
+    assert sorted(p.name for p in (root / "models" / "fashion-mnist").iterdir()) == ["1"]
+    served = kubectl.json("get", "inferenceservice", isvc["metadata"]["name"], "-n", pipeline_ns)
+    assert served["metadata"]["annotations"]["fashion-mnist.example.com/published-by"] == name
+
+
+def test_a_worker_that_really_fails_fails_train_sh_promptly(kubectl, kubeconfig, pipeline_ns):
+    """The failure path on real pods: `scripts/train.sh cnn` with a learning rate the trainer
+    rejects. Both workers really exit 2 (argparse), which restartPolicy ExitCode treats as
+    permanent, so the TFJob is Failed, the resource step's failureCondition fails the Workflow,
+    and the script exits 1 with Argo's message instead of waiting for its TIMEOUT."""
+    proc = _dev_loop(kubectl, kubeconfig, pipeline_ns, "train.sh", "cnn",
+                     "-p", "learning-rate=not-a-number", timeout=PIPELINE_TIMEOUT_S)  # fmt: skip
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert ": Failed:" in proc.stderr and "still" not in proc.stderr, proc.stderr
     (tfjob,) = kubectl.json("get", "tfjobs", "-n", pipeline_ns)["items"]
-    assert condition(tfjob, "Succeeded")
-    assert tfjob["status"]["replicaStatuses"]["Worker"]["succeeded"] == 2
+    assert condition(tfjob, "Failed") and not condition(tfjob, "Succeeded"), tfjob["status"]
+    pods = kubectl.json(
+        "get", "pods", "-n", pipeline_ns, "-l",
+        f"training.kubeflow.org/job-name={tfjob['metadata']['name']}",
+    )["items"]  # fmt: skip
+    codes = [
+        (cs["state"].get("terminated") or {}).get("exitCode")
+        for p in pods
+        for cs in p["status"].get("containerStatuses") or []
+    ]
+    assert 2 in codes, (codes, tfjob["status"])
+    assert all(p["spec"]["nodeName"] == real_node.node_name() for p in pods)

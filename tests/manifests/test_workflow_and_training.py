@@ -107,6 +107,14 @@ def test_min_accuracy_is_a_fraction(broken, value):
     )
 
 
+@pytest.mark.parametrize("value", ["yes", "True", ""])
+def test_train_pytorch_is_true_or_false(broken, value):
+    broken.edit(WFT, lambda d: param(d, "train-pytorch").update(value=value))
+    (f,) = only(broken.check(), "workflow-params")
+    assert f.field == "spec.arguments.parameters[train-pytorch].value"
+    assert repr(value) in f.message
+
+
 @pytest.mark.parametrize(
     "key",
     [
