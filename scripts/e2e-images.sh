@@ -10,6 +10,9 @@
 #              pip (the Dockerfile's PYTHON_BASE_IMAGE; python:3.11-slim cannot be pulled here)
 #   ml         the pipeline's `image` as overlays/local-k3d renders it, from the repo's
 #              Dockerfile (buildah bud --layers: a change to src/ rebuilds only its last layer)
+#   ml_torch   the same reference with the tag suffix -torch (the PyTorchJob's image, as the
+#              WorkflowTemplate names it): the same Dockerfile with EXTRAS=torch (PyPI's CUDA
+#              wheel and its nvidia-* dependencies, about 8 GB; the layers before EXTRAS are ml's)
 #   argoexec   quay.io/argoproj/argoexec:ARGO_WORKFLOWS_E2E_VERSION   the executor scripts/tools.sh
 #              built (hack/tools/argo.sh), FROM scratch like upstream's distroless image:
 #              /bin/argoexec, /tmp 1777 (resource steps write /tmp/manifest.yaml), USER 8737
@@ -17,6 +20,11 @@
 #              KServe's inferenceservice-config gives it; FROM scratch like upstream's
 #              distroless static:nonroot: /ko-app/agent, USER 65532 (the pod mutator sets no
 #              command: the ENTRYPOINT must be the agent)
+#   busybox    localhost/fmnist-e2e/busybox:DEBIAN_VERSION   Debian's busybox-static (apt;
+#              .ci/run installs it): sh, sed, seq, sleep and nslookup, what the init container that
+#              training-operator adds to each PyTorchJob Worker runs (Alpine's are busybox too).
+#              The operator's default image, alpine:3.10, cannot be pulled here: the e2e starts
+#              the operator with --pytorch-init-container-image set to this one
 #   event_display  localhost/fmnist-e2e/event-display:EVENT_DISPLAY_VERSION   Knative's
 #              event_display (hack/tools/event-display.sh), message-dumper's program, FROM
 #              scratch: /ko-app/event_display, USER 65532. A local name: the manifests pin
@@ -38,7 +46,7 @@ source "$ROOT/scripts/lib.sh"
 CACHE="${FMNIST_IMAGES_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/fashion-mnist-gitops/images}"
 DEBIAN_MIRROR="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 BASE_REF=localhost/fmnist-python-base:3.11-bookworm
-IMAGES=(pause python ml argoexec agent event_display)
+IMAGES=(pause python ml ml_torch argoexec agent busybox event_display)
 BUILD_TMP=""
 trap 'if [[ -n "$BUILD_TMP" ]]; then rm -rf "$BUILD_TMP"; fi' EXIT
 
@@ -53,11 +61,15 @@ ref_of() { # IMAGE -> the reference pods ask for (what the kubelet's CRI call na
     python) echo "$BASE_REF" ;;
     ml) local r; r="$(overlay_param local-k3d image)"
         [[ "$r" == */*/* ]] || r="docker.io/$r"; echo "$r" ;;
+    ml_torch) echo "$(ref_of ml)-torch" ;;
     # the name the workflow-controller gives its executor (Argo's config.go: quay.io/argoproj/
     # argoexec:<its version>; neither the manifests nor the e2e set executor.image)
     argoexec) echo "quay.io/argoproj/argoexec:$ARGO_WORKFLOWS_E2E_VERSION" ;;
     # KServe's install manifest, ConfigMap inferenceservice-config: agent.image, logger.image
     agent) echo "docker.io/kserve/agent:$(pinned_version KSERVE_VERSION)" ;;
+    # Debian's version as a tag: no epoch, '+' -> '-' (1:1.35.0-4+b1 -> 1.35.0-4-b1)
+    busybox) local v; v="$(dpkg-query -W -f '${Version}' busybox-static 2>/dev/null)" || v=not-installed
+             v="${v#*:}"; echo "localhost/fmnist-e2e/busybox:${v//+/-}" ;;
     event_display) echo "localhost/fmnist-e2e/event-display:$EVENT_DISPLAY_VERSION" ;;
   esac
 }
@@ -73,8 +85,10 @@ inputs_of() { # IMAGE -> what its key hashes besides its recipe and reference
     python) echo "$DEBIAN_MIRROR bookworm" ;;
     argoexec) bin_digest argoexec ;;
     agent) bin_digest kserve-agent ;;
+    busybox) if [[ -f /bin/busybox ]]; then sha256sum < /bin/busybox; else echo "busybox: not installed"; fi ;;
     event_display) bin_digest event_display ;;
-    ml) # the base it is built on, and what .dockerignore lets into the build context
+    ml|ml_torch) # the base it is built on, and what .dockerignore lets into the build context
+      declare -f build_project
       archive_of python
       (cd "$ROOT" && cat Dockerfile pyproject.toml README.md \
         && find src -type f ! -path '*/__pycache__/*' ! -path '*.egg-info/*' -print0 \
@@ -119,7 +133,7 @@ build_python() {
   buildah commit --rm "$c" "$2" >/dev/null
 }
 
-build_ml() {
+build_project() { # REF EXTRAS: the repo's Dockerfile on the Python base, pyproject's EXTRAS
   local runc
   runc="$("$ROOT/scripts/tools.sh" --bin runc)" || die "build runc first: scripts/tools.sh runc"
   [[ -f "$(archive_of python)" ]] || die "build the base first: scripts/e2e-images.sh python ml"
@@ -129,9 +143,12 @@ build_ml() {
   # it is in the image
   buildah bud --runtime "$runc" --pull=never --layers --network host \
     -v /etc/ssl/certs/ca-certificates.crt:/etc/ssl/certs/ca-certificates.crt:ro \
-    --build-arg "PYTHON_BASE_IMAGE=$BASE_REF" -t "$2" "$ROOT" > "$BUILD_TMP/build.log" 2>&1 \
-    || { tail -30 "$BUILD_TMP/build.log" >&2; return 1; }
+    --build-arg "PYTHON_BASE_IMAGE=$BASE_REF" --build-arg "EXTRAS=$2" -t "$1" "$ROOT" \
+    > "$BUILD_TMP/build.log" 2>&1 || { tail -30 "$BUILD_TMP/build.log" >&2; return 1; }
 }
+
+build_ml() { build_project "$2" ""; }
+build_ml_torch() { build_project "$2" torch; }
 
 build_argoexec() {
   local bin c m
@@ -160,6 +177,19 @@ ko_like() { # REF TOOL_BINARY NAME
 }
 
 build_agent() { ko_like "$2" kserve-agent agent; }
+
+build_busybox() {
+  local c m applet
+  [[ -x /bin/busybox ]] || die "install Debian's busybox-static first (apt-get install busybox-static)"
+  c="$(buildah from scratch)"
+  m="$(buildah mount "$c")"
+  install -D -m 0755 /bin/busybox "$m/bin/busybox"
+  for applet in sh sed seq sleep nslookup; do ln -s busybox "$m/bin/$applet"; done
+  mkdir -m 1777 "$m/tmp"
+  buildah umount "$c" >/dev/null
+  buildah config --env PATH=/bin --user 65534:65534 --cmd '["sh"]' "$c"
+  buildah commit --rm "$c" "$2" >/dev/null
+}
 build_event_display() { ko_like "$2" event_display event_display; }
 
 build() {

@@ -203,8 +203,11 @@ import_images() {
   local list
   list="$("$ROOT/scripts/e2e-images.sh" --archives)" || die "the node's images are not all built"
   mapfile -t archives <<<"$list"
+  # --discard-unpacked-layers: once a layer is unpacked into a snapshot its blob is garbage,
+  # which halves the node's disk (the project images are 3 and 8 GB; the archives stay the cache)
   for archive in "${archives[@]}"; do
-    ctr images import --local --snapshotter overlayfs "$archive" >> "$NODE/import.log" 2>&1
+    ctr images import --local --discard-unpacked-layers --snapshotter overlayfs "$archive" \
+      >> "$NODE/import.log" 2>&1
   done
   ctr images ls -q > "$NODE/images.txt"
 }

@@ -30,6 +30,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import real_node
 import yaml
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -464,6 +465,18 @@ def wait_for(kubeconfig: Path, what: list[str], timeout: float = 300) -> None:
         time.sleep(1)
 
 
+def pytorch_init_image_flag() -> list[str]:
+    """The operator's ``--pytorch-init-container-image`` for the e2e: the image of the init
+    container it adds to every PyTorchJob Worker. The Deployment of
+    base/platform/training-operator keeps upstream's default, alpine:3.10, pulled from Docker
+    Hub. The real node cannot pull: with one, it is the busybox image that
+    scripts/e2e-images.sh built from Debian's busybox-static (the template's sh, seq, sleep
+    and nslookup, busybox's as in Alpine). With kwok nodes only nothing runs it: no flag."""
+    if not os.environ.get("FMNIST_E2E_REAL_NODE"):
+        return []
+    return [f"--pytorch-init-container-image={real_node.imported_image('/busybox:')}"]
+
+
 def training_operator(admin: Path, workdir: Path, wirer: WebhookWirer) -> Controller:
     """training-operator v1.9.4 as ServiceAccount kubeflow/training-operator.
 
@@ -519,6 +532,7 @@ def training_operator(admin: Path, workdir: Path, wirer: WebhookWirer) -> Contro
             f"--metrics-bind-address=127.0.0.1:{metrics}",
             "--leader-elect=false",
             f"--pytorch-init-container-template-file={init_template}",
+            *pytorch_init_image_flag(),
         ],
         # TMPDIR=/tmp: the rotator writes to the fixed /tmp/k8s-webhook-server/serving-certs,
         # the webhook server reads $TMPDIR/k8s-webhook-server/serving-certs

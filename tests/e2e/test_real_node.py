@@ -276,8 +276,9 @@ def test_ingest_step_runs_with_the_real_executor(kubectl, kubeconfig, pipeline_n
 # 2,048 training images per variant; requests small enough that the three 2-worker TFJobs are
 # scheduled at once on the 2-CPU node (training-operator v1.9.4 has no gang scheduling: jobs
 # admitted a worker at a time could each wait for a second worker forever); min-accuracy 0 (one
-# epoch of 2,048 images is not a model worth 0.85). The PyTorchJob is skipped: its image, the
-# pipeline image with PyTorch's CUDA wheels (about 8 GB), is not built for the e2e.
+# epoch of 2,048 images is not a model worth 0.85). The PyTorchJob runs beside them: its image
+# is the pipeline image with PyTorch's CUDA wheels (ml_torch, about 8 GB), its Worker's init
+# container the busybox image (controllers.pytorch_init_image_flag).
 SMOKE_RUN = {
     "epochs": "1",
     "train-examples": "2048",
@@ -285,7 +286,6 @@ SMOKE_RUN = {
     "batch-size-per-replica": "64",
     "precision": "float32",
     "min-accuracy": "0",
-    "train-pytorch": "false",
     "train-resources": json.dumps(
         {"requests": {"cpu": "200m", "memory": "768Mi"}, "limits": {"cpu": "2", "memory": "3Gi"}}
     ),
@@ -297,9 +297,11 @@ def test_the_pipeline_runs_every_step_on_real_pods(kubectl, kubeconfig, overlay,
     `submit-pipeline.sh --wait` with a small budget (``-p``). Every step is a real pod of the
     real executor: ingest finds the tfds build on the PVC; the three TFJobs each run two real
     TensorFlow workers that resolve their TF_CONFIG peers (the operator's headless Services,
-    through CoreDNS) and train with MultiWorkerMirroredStrategy, the chief alone exporting;
-    select scores the three candidates through their signatures and publishes version 1 on the
-    PVC; serve stamps the InferenceService through the pipeline's Role."""
+    through CoreDNS) and train with MultiWorkerMirroredStrategy, the chief alone exporting; the
+    PyTorchJob's Master and Worker (the Worker after the operator's init container resolved the
+    Master) join one gloo process group and train with DDP, rank 0 alone exporting; select
+    scores the four candidates through their signatures and publishes version 1 on the PVC;
+    serve stamps the InferenceService through the pipeline's Role."""
     isvc = _in_namespace(one(overlay, "InferenceService"), pipeline_ns)
     kubectl.apply([isvc])
     params = [a for k, v in SMOKE_RUN.items() for a in ("-p", f"{k}={v}")]
@@ -312,10 +314,8 @@ def test_the_pipeline_runs_every_step_on_real_pods(kubectl, kubeconfig, overlay,
     wf = kubectl.json("get", workflow, "-n", pipeline_ns)
     name = wf["metadata"]["name"]
     phases = {n["displayName"]: n["phase"] for n in wf["status"]["nodes"].values()}
-    for step in ("ingest", "cnn", "dropout", "batch-norm", "select", "serve"):
+    for step in ("ingest", "cnn", "dropout", "batch-norm", "pytorch", "select", "serve"):
         assert phases.get(step) == "Succeeded", phases
-    assert phases.get("pytorch") == "Skipped", phases
-    assert kubectl.json("get", "pytorchjobs", "-n", pipeline_ns)["items"] == []
 
     steps = _workflow_pods(kubectl, pipeline_ns)
     assert steps and all(p["spec"]["nodeName"] == real_node.node_name() for p in steps)
@@ -337,17 +337,46 @@ def test_the_pipeline_runs_every_step_on_real_pods(kubectl, kubeconfig, overlay,
         assert "task worker:1 chief=False replicas=2" in logs[1], logs[1][-3000:]
         assert "chief exported" in logs[0] and "chief exported" not in logs[1]
 
+    (pytorchjob,) = kubectl.json("get", "pytorchjobs", "-n", pipeline_ns)["items"]
+    _check_real_pytorchjob(kubectl, pipeline_ns, pytorchjob)
+
     root = real_node.volume_root(pipeline_ns)
     report = json.loads((root / "reports" / "selection.json").read_text())
     assert report["published"] and report["version"] == 1, report
-    # select ranks every candidate it knows; the skipped PyTorchJob left none for this run
     status = {k: c["status"] for k, c in report["candidates"].items()}
-    assert status == {"cnn": "ok", "dropout": "ok", "batch_norm": "ok", "pytorch": "invalid"}
-    assert report["chosen_model"] in ("cnn", "dropout", "batch_norm"), report
+    assert status == {"cnn": "ok", "dropout": "ok", "batch_norm": "ok", "pytorch": "ok"}
+    assert report["chosen_model"] in status, report
     assert (root / "models" / "fashion-mnist" / "1" / "saved_model.pb").is_file()
     assert sorted(p.name for p in (root / "models" / "fashion-mnist").iterdir()) == ["1"]
     served = kubectl.json("get", "inferenceservice", isvc["metadata"]["name"], "-n", pipeline_ns)
     assert served["metadata"]["annotations"]["fashion-mnist.example.com/published-by"] == name
+
+
+def _check_real_pytorchjob(kubectl, ns: str, job: dict) -> None:
+    """``job`` Succeeded on the real node: Master (rank 0) and Worker (rank 1) exited 0 after
+    joining one gloo process group at the Master's Service; the Worker's init container (the
+    operator's, from base/platform/training-operator's template) resolved that Service first;
+    only rank 0 exported."""
+    name = job["metadata"]["name"]
+    assert condition(job, "Succeeded"), job["status"]
+    logs = {}
+    for rtype, rank in (("master", 0), ("worker", 1)):
+        pod = kubectl.json("get", "pod", f"{name}-{rtype}-0", "-n", ns)
+        assert pod["spec"]["nodeName"] == real_node.node_name()
+        (cs,) = pod["status"]["containerStatuses"]
+        assert cs["image"].endswith("-torch") and cs["state"]["terminated"]["exitCode"] == 0, cs
+        inits = pod["status"].get("initContainerStatuses") or []
+        if rtype == "worker":
+            (init,) = inits
+            assert init["name"] == "init-pytorch", init
+            assert init["state"]["terminated"]["exitCode"] == 0, init
+        else:
+            assert inits == []
+        logs[rank] = kubectl("logs", "-n", ns, f"{name}-{rtype}-0", "-c", "pytorch")
+    for rank, log in logs.items():
+        assert f"rank {rank} of 2, master {name}-master-0:23456" in log, log[-3000:]
+        assert f"rank {rank} joined the process group (gloo)" in log, log[-3000:]
+    assert "rank 0 exported" in logs[0] and "rank 0 exported" not in logs[1]
 
 
 def test_a_worker_that_really_fails_fails_train_sh_promptly(kubectl, kubeconfig, pipeline_ns):

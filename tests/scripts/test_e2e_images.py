@@ -9,6 +9,7 @@ empty cache (FMNIST_IMAGES_CACHE) so that nothing counts as built.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -53,7 +54,9 @@ def listing(root: Path, cache: Path) -> dict[str, tuple[str, str, str]]:
 
 def test_references_are_what_the_pods_ask_for(clone, tmp_path):
     images = listing(clone, tmp_path / "cache")
-    assert list(images) == ["pause", "python", "ml", "argoexec", "agent", "event_display"]
+    assert list(images) == [
+        "pause", "python", "ml", "ml_torch", "argoexec", "agent", "busybox", "event_display"
+    ]  # fmt: skip
     v = dict(
         line.split("=", 1) for line in (REPO / "versions.env").read_text().splitlines()
         if line and not line.startswith("#") and "=" in line
@@ -61,6 +64,15 @@ def test_references_are_what_the_pods_ask_for(clone, tmp_path):
     assert images["pause"][0] == f"registry.k8s.io/pause:{v['PAUSE_VERSION']}"
     # the overlay's image, normalised as containerd's CRI names it
     assert images["ml"][0] == "docker.io/fashion-mnist/ml:0.1.0"
+    # the PyTorchJob's image, as the WorkflowTemplate derives it from the pipeline's `image`
+    template = (REPO / "base" / "ml" / "pipeline" / "workflowtemplate.yaml").read_text()
+    assert 'image: "{{workflow.parameters.image}}-torch"' in template
+    assert images["ml_torch"][0] == images["ml"][0] + "-torch"
+    # the PyTorchJob Worker's init container (the e2e operator's --pytorch-init-container-image):
+    # Debian's busybox-static, its package version as a valid tag
+    name, tag = images["busybox"][0].rsplit(":", 1)
+    assert name == "localhost/fmnist-e2e/busybox"
+    assert re.fullmatch(r"[\w][\w.-]{0,127}", tag) and tag != "not-installed", tag
     # the agent as KServe's inferenceservice-config names it (the upstream manifest's logger)
     agent = images["agent"][0].removeprefix("docker.io/")
     mirror = Path(os.environ.get("UPSTREAM_MIRROR_DIR") or REPO.parent / "shared" / "upstream")
@@ -88,6 +100,8 @@ def test_the_project_images_key_follows_its_build_context(clone, tmp_path, edit)
         f.write("\n# changed\n")
     after = listing(clone, tmp_path / "cache")
     assert after["ml"][1] != before["ml"][1]
+    assert after["ml_torch"][1] != before["ml_torch"][1]
+    assert after["ml_torch"][1] != after["ml"][1]
     assert after["python"][1] == before["python"][1]
     assert after["pause"][1] == before["pause"][1]
 
@@ -98,6 +112,7 @@ def test_a_new_base_changes_the_project_images_key(clone, tmp_path, monkeypatch)
     after = listing(clone, tmp_path / "cache")
     assert after["python"][1] != before["python"][1]
     assert after["ml"][1] != before["ml"][1]
+    assert after["ml_torch"][1] != before["ml_torch"][1]
     assert after["pause"][1] == before["pause"][1]
 
 
