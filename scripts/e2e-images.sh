@@ -88,7 +88,6 @@ inputs_of() { # IMAGE -> what its key hashes besides its recipe and reference
     busybox) if [[ -f /bin/busybox ]]; then sha256sum < /bin/busybox; else echo "busybox: not installed"; fi ;;
     event_display) bin_digest event_display ;;
     ml|ml_torch) # the base it is built on, and what .dockerignore lets into the build context
-      declare -f build_project
       archive_of python
       (cd "$ROOT" && cat Dockerfile pyproject.toml README.md \
         && find src -type f ! -path '*/__pycache__/*' ! -path '*.egg-info/*' -print0 \
@@ -96,9 +95,21 @@ inputs_of() { # IMAGE -> what its key hashes besides its recipe and reference
   esac
 }
 
+# The recipes' shared helpers, in the order they call each other (a helper after its callers):
+# each image's key hashes its recipe and every helper that recipe reaches.
+HELPERS=(build_project ko_like scratch_image)
+recipe_of() { # IMAGE -> the source of its recipe function and of the helpers it calls
+  local text helper
+  text="$(declare -f "build_$1")"
+  for helper in "${HELPERS[@]}"; do
+    if [[ "$text" == *"$helper "* ]]; then text+=$'\n'"$(declare -f "$helper")"; fi
+  done
+  printf '%s\n' "$text"
+}
+
 archive_of() { # IMAGE -> its cache path; the key: its recipe, reference and inputs
   local key
-  key="$({ declare -f "build_$1"; ref_of "$1"; inputs_of "$1"; } | sha256sum | cut -c1-12)"
+  key="$({ recipe_of "$1"; ref_of "$1"; inputs_of "$1"; } | sha256sum | cut -c1-12)"
   echo "$CACHE/$1-$key.tar"
 }
 
@@ -150,45 +161,41 @@ build_project() { # REF EXTRAS: the repo's Dockerfile on the Python base, pyproj
 build_ml() { build_project "$2" ""; }
 build_ml_torch() { build_project "$2" torch; }
 
-build_argoexec() {
-  local bin c m
-  bin="$("$ROOT/scripts/tools.sh" --bin argoexec)" || die "build it first: scripts/tools.sh argo"
+# One static binary FROM scratch: SRC at DEST (0755), LINKS (names, space-separated) as
+# symlinks to it beside DEST, /tmp 1777, then `buildah config` CONFIG_ARGS.
+scratch_image() { # REF SRC DEST LINKS CONFIG_ARG...
+  local ref="$1" src="$2" dest="$3" links="$4" c m name
+  shift 4
   c="$(buildah from scratch)"
   m="$(buildah mount "$c")"
-  install -D -m 0755 "$bin" "$m/bin/argoexec"
+  install -D -m 0755 "$src" "$m$dest"
+  for name in $links; do ln -s "${dest##*/}" "$m${dest%/*}/$name"; done
   mkdir -m 1777 "$m/tmp"
   buildah umount "$c" >/dev/null
-  buildah config --env PATH=/usr/local/bin:/usr/bin:/bin --user 8737 \
-    --entrypoint '["argoexec"]' "$c"
-  buildah commit --rm "$c" "$2" >/dev/null
+  buildah config "$@" "$c"
+  buildah commit --rm "$c" "$ref" >/dev/null
+}
+
+build_argoexec() {
+  local bin
+  bin="$("$ROOT/scripts/tools.sh" --bin argoexec)" || die "build it first: scripts/tools.sh argo"
+  scratch_image "$2" "$bin" /bin/argoexec "" --env PATH=/usr/local/bin:/usr/bin:/bin \
+    --user 8737 --entrypoint '["argoexec"]'
 }
 
 # A Go program alone, like ko's images (distroless static:nonroot): /ko-app/NAME, USER 65532.
 ko_like() { # REF TOOL_BINARY NAME
-  local bin c m
+  local bin
   bin="$("$ROOT/scripts/tools.sh" --bin "$2")" || die "build it first: scripts/tools.sh (--list names its recipe)"
-  c="$(buildah from scratch)"
-  m="$(buildah mount "$c")"
-  install -D -m 0755 "$bin" "$m/ko-app/$3"
-  mkdir -m 1777 "$m/tmp"
-  buildah umount "$c" >/dev/null
-  buildah config --user 65532:65532 --entrypoint "[\"/ko-app/$3\"]" "$c"
-  buildah commit --rm "$c" "$1" >/dev/null
+  scratch_image "$1" "$bin" "/ko-app/$3" "" --user 65532:65532 --entrypoint "[\"/ko-app/$3\"]"
 }
 
 build_agent() { ko_like "$2" kserve-agent agent; }
 
 build_busybox() {
-  local c m applet
   [[ -x /bin/busybox ]] || die "install Debian's busybox-static first (apt-get install busybox-static)"
-  c="$(buildah from scratch)"
-  m="$(buildah mount "$c")"
-  install -D -m 0755 /bin/busybox "$m/bin/busybox"
-  for applet in sh sed seq sleep nslookup; do ln -s busybox "$m/bin/$applet"; done
-  mkdir -m 1777 "$m/tmp"
-  buildah umount "$c" >/dev/null
-  buildah config --env PATH=/bin --user 65534:65534 --cmd '["sh"]' "$c"
-  buildah commit --rm "$c" "$2" >/dev/null
+  scratch_image "$2" /bin/busybox /bin/busybox "sh sed seq sleep nslookup" \
+    --env PATH=/bin --user 65534:65534 --cmd '["sh"]'
 }
 build_event_display() { ko_like "$2" event_display event_display; }
 

@@ -122,3 +122,17 @@ def test_a_file_outside_the_build_context_changes_no_key(clone, tmp_path):
     (clone / "src" / "training" / "__pycache__" / "x.pyc").write_bytes(b"\0")
     (clone / "base" / "ml" / "unrelated.txt").write_text("x")
     assert listing(clone, tmp_path / "cache") == before
+
+
+def test_a_shared_helpers_change_rebuilds_the_images_whose_recipes_call_it(clone, tmp_path):
+    """The key hashes each recipe with the helpers it reaches (ko_like -> scratch_image), so a
+    change to the scratch-image helper rebuilds exactly the images built with it."""
+    before = listing(clone, tmp_path / "cache")
+    script = clone / "scripts" / "e2e-images.sh"
+    text = script.read_text()
+    marker = '  mkdir -m 1777 "$m/tmp"\n'
+    assert text.count(marker) == 1  # in scratch_image alone
+    script.write_text(text.replace(marker, marker + "  true\n"))
+    after = listing(clone, tmp_path / "cache")
+    changed = {i for i in before if after[i][1] != before[i][1]}
+    assert changed == {"argoexec", "agent", "busybox", "event_display"}
