@@ -6,8 +6,8 @@ domain, and the containers are the project's own image, built offline from the r
 Dockerfile (scripts/e2e-images.sh). The pipeline's own run (``submit-pipeline.sh --wait``, a
 small budget) runs every step for real through Argo's executor: ingest, three TFJobs whose two
 TensorFlow workers each find each other by the TF_CONFIG host names and train with
-MultiWorkerMirroredStrategy across the pods, select, serve. Only the PyTorchJob is left out
-(SMOKE_RUN says why).
+MultiWorkerMirroredStrategy across the pods, the PyTorchJob whose Master and Worker train with
+DDP over gloo, select, serve.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ import real_node
 from e2e_kube import REPO_ROOT, Kubectl, versions_env, wait_until
 from test_training_operator import condition, one
 
-# A whole pipeline run on 2 cores: ingest, three 2-worker TFJobs at once, select, serve (about
-# 4 min on a quiet machine; docs/e2e.md)
+# A whole pipeline run on 2 cores: ingest, three 2-worker TFJobs and the 2-replica PyTorchJob at
+# once, select, serve (docs/e2e.md)
 PIPELINE_TIMEOUT_S = 900
 
 
@@ -273,12 +273,13 @@ def test_ingest_step_runs_with_the_real_executor(kubectl, kubeconfig, pipeline_n
 
 
 # The small budget of the pipeline's real run (`-p`, as a user cuts a smoke run): one epoch of
-# 2,048 training images per variant; requests small enough that the three 2-worker TFJobs are
-# scheduled at once on the 2-CPU node (training-operator v1.9.4 has no gang scheduling: jobs
-# admitted a worker at a time could each wait for a second worker forever); min-accuracy 0 (one
-# epoch of 2,048 images is not a model worth 0.85). The PyTorchJob runs beside them: its image
-# is the pipeline image with PyTorch's CUDA wheels (ml_torch, about 8 GB), its Worker's init
-# container the busybox image (controllers.pytorch_init_image_flag).
+# 2,048 training images per variant; requests small enough that all eight replicas (three
+# 2-worker TFJobs, the PyTorchJob's Master and Worker) are scheduled at once on the 2-CPU node
+# (training-operator v1.9.4 has no gang scheduling: jobs admitted a replica at a time could each
+# wait for a peer forever); min-accuracy 0 (one epoch of 2,048 images is not a model worth
+# 0.85). The PyTorchJob's image is the pipeline image with PyTorch's CUDA wheels (ml_torch,
+# about 8 GB), its Worker's init container the busybox image
+# (controllers.pytorch_init_image_flag).
 SMOKE_RUN = {
     "epochs": "1",
     "train-examples": "2048",
