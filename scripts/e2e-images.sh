@@ -38,7 +38,9 @@
 #   scripts/e2e-images.sh --list       print "IMAGE REFERENCE ARCHIVE STATE"
 # Cache: ${FMNIST_IMAGES_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/fashion-mnist-gitops/images}/
 #        <image>-<first 12 hex of the key>.tar; the key hashes the image's recipe function,
-#        its reference and its inputs (for ml: the base's key and the build context). Needs root, buildah and debootstrap (apt; .ci/run installs them).
+#        its reference and its inputs (for ml: the base's key and the build context). A new
+#        archive replaces the older ones of its image but FMNIST_IMAGES_KEEP (default 1).
+#        Needs root, buildah and debootstrap (apt; .ci/run installs them).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # shellcheck disable=SC1091
@@ -209,15 +211,21 @@ build() {
   exec 8>"$CACHE/.lock-$image"
   flock 8
   if [[ -f "$archive" ]]; then log "$image: built by a concurrent run"; return 0; fi
+  # a build killed with SIGKILL left its directory (the lock says no run is using it)
+  find "$CACHE" -maxdepth 1 -name ".tmp-$image-*" -exec rm -rf {} +
   BUILD_TMP="$(mktemp -d "$CACHE/.tmp-$image-XXXXXX")"
   t0="$(date +%s)"
-  log "$image: building $ref"
-  "build_$image" "$image" "$ref"
-  buildah push --quiet "$ref" "docker-archive:$BUILD_TMP/image.tar:$ref" >/dev/null
+  log "$image: building $ref ($(df -h --output=avail "$CACHE" | tail -1 | tr -d ' ') free)"
+  # buildah's big temporary files (a layer's diff while it commits, the archive's copies: up to
+  # about twice the largest layer) go where TMPDIR says, by default /var/tmp: here, in this
+  # build's directory, so that a failed or killed build leaves none of them behind
+  TMPDIR="$BUILD_TMP" "build_$image" "$image" "$ref"
+  TMPDIR="$BUILD_TMP" buildah push --quiet "$ref" "docker-archive:$BUILD_TMP/image.tar:$ref" >/dev/null
   mv "$BUILD_TMP/image.tar" "$archive"
-  # older archives of this image: keep the one before (another clone may be importing it)
+  # older archives of this image: keep the newest FMNIST_IMAGES_KEEP (default 1: a second clone
+  # at another commit finds its own; .ci/run keeps none: CI's disk)
   find "$CACHE" -maxdepth 1 -name "$image-*.tar" ! -path "$archive" -printf '%T@ %p\n' \
-    | sort -rn | tail -n +2 | cut -d' ' -f2- | xargs -r rm -f
+    | sort -rn | tail -n "+$((${FMNIST_IMAGES_KEEP:-1} + 1))" | cut -d' ' -f2- | xargs -r rm -f
   rm -rf "$BUILD_TMP"
   BUILD_TMP=""
   log "$image: built in $(($(date +%s) - t0)) s, $(du -h "$archive" | cut -f1) -> $archive"
