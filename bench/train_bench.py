@@ -44,7 +44,7 @@ from fmnist_common import CANDIDATES
 from fmnist_common.cli import options_argv, positive_int, run_cli
 from fmnist_pipeline.run import BUDGET_NAMES, budget_of, job_of, train_args
 from training.data import SPLIT_SIZES
-from training.launcher import LaunchError, launch, threads_per_replica
+from training.launcher import JOBS, LaunchError, launch, replica_envs, threads_per_replica
 from training.precision import cpu_description
 from training.select import evaluate_candidate
 
@@ -125,14 +125,16 @@ def bench_one(model_type, budget, seed, data_dir, encoded, labels, reference=Fal
 
 
 def scaling_row(model_type: str, batch: int, precision: str, data_dir: str | None) -> dict:
-    """2-worker throughput at ``batch`` per replica against the no-communication limit.
+    """2-replica throughput at ``batch`` per replica against the no-communication limit.
 
-    Both measurements train ``model_type`` for :data:`SCALING_EPOCHS` epochs (no validation)
-    of :data:`SCALING_MIN_EXAMPLES` images or :data:`SCALING_MIN_STEPS` steps, whichever is
-    more (at most the training split), and report the median images/s of the epochs after the
-    first. The limit runs 2 processes with ``TF_CONFIG`` unset (a one-replica strategy: no
-    collective) and the intra-op threads the launcher gives each worker
-    (:func:`training.launcher.threads_per_replica`), at the same time; their images/s are added.
+    Both measurements train ``model_type`` with its job's trainer (:func:`job_of`: the TFJob's
+    ``training.train``, the PyTorchJob's ``training.torch_train``) for :data:`SCALING_EPOCHS`
+    epochs (no validation) of :data:`SCALING_MIN_EXAMPLES` images or :data:`SCALING_MIN_STEPS`
+    steps, whichever is more (at most the training split), and report the median images/s of
+    the epochs after the first. The limit runs 2 processes at the same time, each a job of its
+    own with one replica (TFJob: ``TF_CONFIG`` unset, a one-replica strategy; PyTorchJob: world
+    size 1, so DDP has no peer), with the intra-op threads the launcher gives each of 2
+    replicas (:func:`training.launcher.threads_per_replica`); their images/s are added.
 
     Raises:
         LaunchError: a replica failed.
@@ -146,22 +148,26 @@ def scaling_row(model_type: str, batch: int, precision: str, data_dir: str | Non
         "learning_rate": 0.001,
         "precision": precision,
     }
+    job = job_of(model_type)
     with tempfile.TemporaryDirectory(prefix="scaling-") as tmp:
         work = Path(tmp)
-        launch(train_args(model_type, work / "mw", "mw", budget, data_dir), 2, name="2-workers")
-        two_workers = steady_ips(history_of(work / "mw" / "candidates" / model_type))
+        argv = train_args(model_type, work / "mw", "mw", budget, data_dir)
+        launch(argv, 2, name="2-replicas", job=job)
+        two_replicas = steady_ips(history_of(work / "mw" / "candidates" / model_type))
         solo = {**budget, "train_examples": examples // 2}
-        env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
-        env.setdefault("TF_NUM_INTRAOP_THREADS", str(threads_per_replica(2)))  # as launch()
-        env.setdefault("TF_NUM_INTEROP_THREADS", "2")
         procs = []
         try:
             for i in range(2):
+                env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
+                env.update(replica_envs(job, 1)[0][1] if job == "pytorchjob" else {})
+                for var in ("TF_NUM_INTRAOP_THREADS", "OMP_NUM_THREADS"):  # as launch()
+                    env.setdefault(var, str(threads_per_replica(2)))
+                env.setdefault("TF_NUM_INTEROP_THREADS", "2")
                 argv = train_args(model_type, work / f"p{i}", f"p{i}", solo, data_dir)
                 with open(work / f"p{i}.log", "w") as out:
                     procs.append(
                         subprocess.Popen(
-                            [sys.executable, "-m", "training.train", *argv],
+                            [sys.executable, "-m", JOBS[job], *argv],
                             env=env,
                             stdout=out,
                             stderr=subprocess.STDOUT,
@@ -183,9 +189,9 @@ def scaling_row(model_type: str, batch: int, precision: str, data_dir: str | Non
         "model_type": model_type,
         "batch_size_per_replica": batch,
         "precision": precision,
-        "two_workers_images_per_second": round(two_workers),
+        "two_workers_images_per_second": round(two_replicas),
         "limit_images_per_second": round(limit),
-        "efficiency": round(two_workers / limit, 3),
+        "efficiency": round(two_replicas / limit, 3),
     }
 
 
@@ -333,11 +339,17 @@ def main(args: argparse.Namespace) -> int:
         batches = args.scaling_batches or sorted(
             {64, *(budget_of(b)["batch_size_per_replica"] for b in BUDGET_NAMES)}
         )
-        best = max(result["summary"], key=lambda s: s["accuracy_median"])["model_type"]
-        for batch in batches:
-            result["scaling"].append(scaling_row(best, batch, budget["precision"], args.data_dir))
-            log.info("%s", json.dumps(result["scaling"][-1]))
-            write(result, args)
+        # the best TensorFlow variant and the PyTorch one (DDP's efficiency), where benched
+        for job in ("tfjob", "pytorchjob"):
+            mine = [s for s in result["summary"] if job_of(s["model_type"]) == job]
+            if not mine:
+                continue
+            best = max(mine, key=lambda s: s["accuracy_median"])["model_type"]
+            for batch in batches:
+                row = scaling_row(best, batch, budget["precision"], args.data_dir)
+                result["scaling"].append(row)
+                log.info("%s", json.dumps(row))
+                write(result, args)
     print(to_markdown(result))
     return 0
 

@@ -62,7 +62,8 @@ def cluster_spec(num_workers: int, with_chief: bool = False) -> dict[str, list[s
 
 def threads_per_replica(num_replicas: int) -> int:
     """Intra-op threads for each of ``num_replicas`` processes sharing this machine's cores
-    (at least 1); set as ``TF_NUM_INTRAOP_THREADS`` unless the environment sets it."""
+    (at least 1); set as ``TF_NUM_INTRAOP_THREADS`` (TensorFlow) and ``OMP_NUM_THREADS``
+    (torch) unless the environment sets them: without it each torch replica takes every core."""
     return max(1, (os.cpu_count() or 1) // max(1, num_replicas))
 
 
@@ -161,6 +162,7 @@ def launch(
             penv.update(env or {})
             penv.update(job_env)
             penv.setdefault("TF_NUM_INTRAOP_THREADS", threads_each)
+            penv.setdefault("OMP_NUM_THREADS", threads_each)  # torch's intra-op threads
             penv.setdefault("TF_NUM_INTEROP_THREADS", "2")
             penv.setdefault("PYTHONUNBUFFERED", "1")
             proc = subprocess.Popen(

@@ -160,6 +160,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="all-reduce implementation on CPU (GPUs always use NCCL)",
     )
     p.add_argument(
+        "--bytes-per-pack",
+        type=number(int, 0),
+        default=0,
+        help="split the gradient all-reduce into packs of about this many bytes, launched "
+        "last layer first, so that the first packs overlap the rest of the backward pass; "
+        "0 = one pack (TensorFlow's default)",
+    )
+    p.add_argument(
         "--profile-batches",
         type=number(int, 0),
         nargs=2,
@@ -214,14 +222,19 @@ def run_dirs(args: argparse.Namespace, task: TaskInfo) -> dict[str, Path | None]
 
 def make_strategy(task: TaskInfo, args: argparse.Namespace):
     """``MultiWorkerMirroredStrategy`` with the ``--collective`` all-reduce (NCCL when GPUs are
-    visible). Gradient packing is left at TensorFlow's default: tf-keras all-reduces every
-    gradient in one call, which ``bytes_per_pack=0`` keeps as one pack (one collective)."""
+    visible) and ``--bytes-per-pack``. tf-keras all-reduces every gradient in one call; with
+    ``bytes_per_pack=0`` that is one collective, which starts once the last gradient is
+    computed. With packs, TensorFlow launches one collective per pack in reverse variable
+    order (``CollectiveAllReduce``: the last layers' gradients, computed first, go first), and
+    in a graph each pack's collective runs as soon as its gradients exist, beside the rest of
+    the backward pass."""
     import tensorflow as tf
 
     impl = tf.distribute.experimental.CommunicationImplementation
     gpus = tf.config.list_physical_devices("GPU")
     options = tf.distribute.experimental.CommunicationOptions(
-        implementation=impl.NCCL if gpus else getattr(impl, args.collective.upper())
+        bytes_per_pack=args.bytes_per_pack,
+        implementation=impl.NCCL if gpus else getattr(impl, args.collective.upper()),
     )
     return tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
 
