@@ -21,8 +21,10 @@ differ by up to 3x in speed; only ratios are targets):
   collective) with the launcher's threads per worker (1 each on 2 cores), at the same time;
   ``efficiency`` = 2-worker images/s / the two processes' images/s together.
 
-Writes ``bench/results/train_bench-<budget>.json`` and a markdown table beside it. Timings are
-reported, never asserted.
+Writes ``bench/results/train_bench-<budget>.json`` and a markdown table beside it after every
+run. Timings are reported, never asserted. ``--resume`` goes on from that file (same budget,
+same CPU model and flags, else it refuses): the runs it holds are kept, not repeated, so a table
+of several hours can be measured in parts (each part's dates are recorded).
 """
 
 from __future__ import annotations
@@ -267,9 +269,41 @@ def to_markdown(result: dict) -> str:
         f"CPU: {cpu['model']}, {cpu['cores']} cores, flags {' '.join(cpu['flags'])} "
         f"(native bfloat16: {'yes' if cpu['native_bfloat16'] else 'no'}); precision "
         f"{', '.join(sorted({r['precision'] for r in result['rows']})) or '-'}; "
-        f"{meta['date']}, budget {meta['budget']}",
+        f"{', '.join(meta.get('dates') or [meta['date']])}, budget {meta['budget']}",
     ]
     return "\n".join(lines) + "\n"
+
+
+class ResumeError(RuntimeError):
+    """The results file to resume is unreadable or from another budget or CPU."""
+
+
+def resumed(path: Path, budget: str) -> dict:
+    """The result in ``path`` to go on from: ``{"reference", "rows", "scaling", "meta"}``.
+
+    Raises:
+        ResumeError: ``path`` is not a results file of this benchmark, or it was measured
+            under another budget or on another CPU (model name or vector flags differ from
+            :func:`training.precision.cpu_description`'s): its timings would not compare.
+    """
+    try:
+        result = json.loads(path.read_text())
+        meta = result["meta"]
+        result = {k: result[k] for k in ("reference", "rows", "scaling")} | {"meta": meta}
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise ResumeError(f"cannot resume from {path}: {err!r}") from err
+    cpu, here = meta.get("cpu", {}), cpu_description()
+    if meta.get("budget") != budget:
+        raise ResumeError(
+            f"cannot resume: {path} holds budget {meta.get('budget')!r}, not {budget!r}"
+        )
+    for key in ("model", "flags"):
+        if cpu.get(key) != here[key]:
+            raise ResumeError(
+                f"cannot resume: {path} was measured on another CPU ({key} "
+                f"{cpu.get(key)!r}, here {here[key]!r}); start a new table without --resume"
+            )
+    return result
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -294,23 +328,36 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="per-replica batches for the efficiency section (default: 64 and every budget's)",
     )
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="go on from the results file of an earlier run (same budget and CPU): keep its "
+        "runs, measure only the missing ones",
+    )
     p.add_argument("--data-dir", default=os.environ.get("TFDS_DATA_DIR"))
     p.add_argument("--results-dir", type=Path, default=RESULTS, help="default: bench/results")
     return p
+
+
+def results_stem(args: argparse.Namespace) -> Path:
+    """``<results dir>/train_bench-<budget>``: the JSON and markdown files without suffix."""
+    return args.results_dir / f"train_bench-{args.budget}"
 
 
 def write(result: dict, args: argparse.Namespace) -> None:
     """Write the result so far (JSON and markdown): a failure late in an hour-long run keeps
     the rows measured before it."""
     result["summary"] = summarize(result["rows"], result["reference"])
+    today = time.strftime("%Y-%m-%d")
     result["meta"] = {
         "cpu": cpu_description(),  # model name, cores, the vector flags TF dispatches on
-        "date": time.strftime("%Y-%m-%d"),
+        "date": today,
+        "dates": sorted({*result.get("meta", {}).get("dates", []), today}),  # --resume's parts
         "budget": args.budget,
         "load_average_1m": round(os.getloadavg()[0], 2),
     }
     args.results_dir.mkdir(parents=True, exist_ok=True)
-    stem = args.results_dir / f"train_bench-{args.budget}"
+    stem = results_stem(args)
     stem.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")
     stem.with_suffix(".md").write_text(to_markdown(result))
 
@@ -323,18 +370,28 @@ def main(args: argparse.Namespace) -> int:
     images, labels = load_numpy("test", args.data_dir)
     encoded = encode_images(images, "jpeg")
     budget = budget_of(args.budget)
+    stem = results_stem(args)
     result: dict = {"reference": None, "rows": [], "scaling": []}
-    if args.reference and args.budget == "full":  # the yardstick of the full budget only
+    if args.resume:
+        result = resumed(stem.with_suffix(".json"), args.budget)
+        log.info("resuming %s: %d runs kept", stem.with_suffix(".json"), len(result["rows"]))
+    done = {(r["model_type"], r["seed"]) for r in result["rows"]}
+    scaled = {(s["model_type"], s["batch_size_per_replica"]) for s in result["scaling"]}
+    want_reference = args.reference and args.budget == "full"  # the full budget's yardstick
+    if want_reference and result["reference"] is None:
         result["reference"] = bench_one(
             "batch_norm", budget, 42, args.data_dir, encoded, labels, reference=True
         )
         log.info("%s", json.dumps(result["reference"]))
     for model_type in args.model_types:
         for seed in args.seeds:
+            if (model_type, seed) in done:
+                continue
             row = bench_one(model_type, budget, seed, args.data_dir, encoded, labels)
             result["rows"].append(row)
             log.info("%s", json.dumps(row))
             write(result, args)
+    write(result, args)  # the summary, also when every run was resumed
     if args.scaling:
         batches = args.scaling_batches or sorted(
             {64, *(budget_of(b)["batch_size_per_replica"] for b in BUDGET_NAMES)}
@@ -346,6 +403,8 @@ def main(args: argparse.Namespace) -> int:
                 continue
             best = max(mine, key=lambda s: s["accuracy_median"])["model_type"]
             for batch in batches:
+                if (best, batch) in scaled:
+                    continue
                 row = scaling_row(best, batch, budget["precision"], args.data_dir)
                 result["scaling"].append(row)
                 log.info("%s", json.dumps(row))
@@ -357,7 +416,7 @@ def main(args: argparse.Namespace) -> int:
 def cli(argv: list[str] | None = None) -> int:
     """Console entry point (``python bench/train_bench.py``); exit 1 when a replica fails or
     the dataset is missing."""
-    return run_cli(main, build_parser(), (LaunchError, FileNotFoundError), argv)
+    return run_cli(main, build_parser(), (LaunchError, FileNotFoundError, ResumeError), argv)
 
 
 if __name__ == "__main__":

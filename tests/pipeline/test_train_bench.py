@@ -4,8 +4,13 @@ configuration run by today's trainer."""
 
 from __future__ import annotations
 
+import json
+import re
 import sys
 from pathlib import Path
+
+import numpy as np
+import pytest
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 sys.path.insert(0, str(BENCH))
@@ -96,3 +101,65 @@ def test_reference_model_is_the_2026_11_29_batch_norm():
     kinds = [type(layer).__name__ for layer in model.layers]
     assert kinds[0] == "RandomTranslation" and kinds.count("BatchNormalization") == 3
     assert model.count_params() == 422_314
+
+
+def _saved(tmp_path: Path, budget: str = "full", **cpu) -> Path:
+    """A results file of an earlier run on this machine's CPU (``cpu`` overrides its fields)."""
+    from training.precision import cpu_description
+
+    rows = [_row("batch_norm", 1, 0.94, 300)]
+    result = {
+        "reference": _row("reference", 42, 0.93, 150.0),
+        "rows": rows,
+        "summary": train_bench.summarize(rows, None),
+        "scaling": [],
+        "meta": {"cpu": {**cpu_description(), **cpu}, "date": "2026-12-01", "budget": budget},
+    }
+    path = tmp_path / f"train_bench-{budget}.json"
+    path.write_text(json.dumps(result))
+    return path
+
+
+def test_resume_keeps_the_runs_and_skips_them(tmp_path, monkeypatch):
+    _saved(tmp_path)
+    ran: list = []
+
+    def fake_bench_one(model_type, budget, seed, *a, reference=False):
+        ran.append(("reference" if reference else model_type, seed))
+        return _row(model_type, seed, 0.95, 310)
+
+    monkeypatch.setattr(train_bench, "bench_one", fake_bench_one)
+    monkeypatch.setattr(
+        "training.data.load_numpy", lambda split, d=None: (np.zeros((2, 28, 28, 1)), np.zeros(2))
+    )
+    monkeypatch.setattr("training.data.encode_images", lambda images, fmt: [b"", b""])
+    argv = ["--budget", "full", "--model-types", "batch_norm", "--seeds", "1", "2", "--no-scaling"]
+    args = train_bench.build_parser().parse_args(
+        [*argv, "--results-dir", str(tmp_path), "--resume"]
+    )
+    assert train_bench.main(args) == 0
+    assert ran == [("batch_norm", 2)]  # neither the reference nor seed 1 again
+    result = json.loads((tmp_path / "train_bench-full.json").read_text())
+    assert [r["seed"] for r in result["rows"]] == [1, 2]
+    assert result["reference"]["wall_seconds"] == 150.0
+    assert result["meta"]["dates"][-1] == result["meta"]["date"]
+    ran.clear()  # without --resume the same command measures everything again
+    train_bench.main(train_bench.build_parser().parse_args([*argv, "--results-dir", str(tmp_path)]))
+    assert ran == [("reference", 42), ("batch_norm", 1), ("batch_norm", 2)]
+
+
+@pytest.mark.parametrize(
+    ("budget", "cpu", "message"),
+    [
+        ("quick", {}, "budget 'quick'"),
+        ("full", {"model": "Some Other CPU"}, "another CPU (model"),
+        ("full", {"flags": ["sse2"]}, "another CPU (flags"),
+    ],
+)
+def test_resume_refuses_another_budget_or_cpu(tmp_path, budget, cpu, message):
+    path = _saved(tmp_path, budget, **cpu)
+    with pytest.raises(train_bench.ResumeError, match=re.escape(message)):
+        train_bench.resumed(path, "full")
+    path.write_text("{not json")
+    with pytest.raises(train_bench.ResumeError, match="cannot resume from"):
+        train_bench.resumed(path, "full")
