@@ -1,8 +1,9 @@
 """Training benchmark: accuracy per seed, time against a fixed reference, and scaling efficiency.
 
-Every run is ``python -m training.train`` as 2 worker processes on loopback (``TF_CONFIG``,
-``MultiWorkerMirroredStrategy``), launched exactly as ``make demo`` and the TFJobs run it; each
-exported SavedModel is then evaluated on the whole test split **as JPEG through its serving
+Every run is its job's trainer as 2 replicas on loopback, launched exactly as ``make demo`` and
+the cluster run it: ``python -m training.train`` as a TFJob's 2 workers (``TF_CONFIG``,
+``MultiWorkerMirroredStrategy``), ``python -m training.torch_train`` as a PyTorchJob's Master
+and Worker (the operator's environment, DDP); each exported SavedModel is then evaluated on the whole test split **as JPEG through its serving
 signature** (what selection and the server compute).
 
     python bench/train_bench.py --budget full --seeds 1 2 3   # issue 11's table (~1 h on 2 cores)
@@ -16,10 +17,12 @@ differ by up to 3x in speed; only ratios are targets):
   divided by the reference's.
 * ``rows``: every variant x seed under ``--budget``; ``summary``: median, min and max test
   accuracy and median wall time per variant.
-* ``scaling``: for each per-replica batch, 2-worker throughput against its no-communication
-  limit: the same model and batch as 2 independent processes (``TF_CONFIG`` unset, so no
-  collective) with the launcher's threads per worker (1 each on 2 cores), at the same time;
-  ``efficiency`` = 2-worker images/s / the two processes' images/s together.
+* ``scaling``: for each per-replica batch, 2-replica throughput against its no-communication
+  limit, for the best TensorFlow variant and for the PyTorch one where benched: the same model
+  and batch as 2 independent 1-replica jobs (no collective) with the launcher's threads per
+  replica (1 each on 2 cores), at the same time; ``efficiency`` = 2-replica images/s / the two
+  processes' images/s together (the field ``two_workers_images_per_second`` counts both
+  replicas, Master and Worker for PyTorch).
 
 Writes ``bench/results/train_bench-<budget>.json`` and a markdown table beside it after every
 run. Timings are reported, never asserted. ``--resume`` goes on from that file (same budget,
@@ -254,7 +257,7 @@ def to_markdown(result: dict) -> str:
     if result.get("scaling"):
         lines += [
             "",
-            "| model | per-replica batch | 2 workers img/s | limit img/s | efficiency |",
+            "| model | per-replica batch | 2 replicas img/s | limit img/s | efficiency |",
             "|---|---|---|---|---|",
         ]
         for s in result["scaling"]:
@@ -283,25 +286,33 @@ def resumed(path: Path, budget: str) -> dict:
 
     Raises:
         ResumeError: ``path`` is not a results file of this benchmark, or it was measured
-            under another budget or on another CPU (model name or vector flags differ from
+            under another budget or on another CPU (model name, cores or vector flags differ from
             :func:`training.precision.cpu_description`'s): its timings would not compare.
     """
     try:
-        result = json.loads(path.read_text())
-        meta = result["meta"]
-        result = {k: result[k] for k in ("reference", "rows", "scaling")} | {"meta": meta}
-    except (OSError, ValueError, KeyError, TypeError) as err:
-        raise ResumeError(f"cannot resume from {path}: {err!r}") from err
-    cpu, here = meta.get("cpu", {}), cpu_description()
-    if meta.get("budget") != budget:
-        raise ResumeError(
-            f"cannot resume: {path} holds budget {meta.get('budget')!r}, not {budget!r}"
-        )
-    for key in ("model", "flags"):
-        if cpu.get(key) != here[key]:
+        saved = json.loads(path.read_text())
+        meta, cpu = saved["meta"], saved["meta"]["cpu"]
+        result = {"reference": saved["reference"], "rows": list(saved["rows"])}
+        result["scaling"] = list(saved["scaling"])
+        if result["reference"] is not None:
+            float(result["reference"]["wall_seconds"])
+        for row in result["rows"]:
+            str(row["model_type"]), int(row["seed"])
+        for row in result["scaling"]:
+            str(row["model_type"]), int(row["batch_size_per_replica"])
+        # runs of a file written before --resume existed keep their date
+        result["meta"] = {**meta, "dates": list(meta.get("dates") or [meta["date"]])}
+        budget_held, cpu = meta["budget"], {key: cpu[key] for key in ("model", "cores", "flags")}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
+        raise ResumeError(f"cannot resume from {path}: not a results file ({err!r})") from err
+    if budget_held != budget:
+        raise ResumeError(f"cannot resume: {path} holds budget {budget_held!r}, not {budget!r}")
+    here = cpu_description()
+    for key in ("model", "cores", "flags"):  # cores: the threads each replica gets
+        if cpu[key] != here[key]:
             raise ResumeError(
                 f"cannot resume: {path} was measured on another CPU ({key} "
-                f"{cpu.get(key)!r}, here {here[key]!r}); start a new table without --resume"
+                f"{cpu[key]!r}, here {here[key]!r}); start a new table without --resume"
             )
     return result
 
@@ -344,15 +355,16 @@ def results_stem(args: argparse.Namespace) -> Path:
     return args.results_dir / f"train_bench-{args.budget}"
 
 
-def write(result: dict, args: argparse.Namespace) -> None:
+def write(result: dict, args: argparse.Namespace, measured: bool = True) -> None:
     """Write the result so far (JSON and markdown): a failure late in an hour-long run keeps
-    the rows measured before it."""
+    the rows measured before it. ``measured``: a run was just added (today joins the dates)."""
     result["summary"] = summarize(result["rows"], result["reference"])
     today = time.strftime("%Y-%m-%d")
+    dates = {*result.get("meta", {}).get("dates", []), *([today] if measured else [])}
     result["meta"] = {
         "cpu": cpu_description(),  # model name, cores, the vector flags TF dispatches on
         "date": today,
-        "dates": sorted({*result.get("meta", {}).get("dates", []), today}),  # --resume's parts
+        "dates": sorted(dates or {today}),  # the days its runs were measured on (--resume)
         "budget": args.budget,
         "load_average_1m": round(os.getloadavg()[0], 2),
     }
@@ -367,14 +379,14 @@ def main(args: argparse.Namespace) -> int:
     from training.data import encode_images, load_numpy
 
     sys.path.insert(0, str(BENCH))  # reference_train, whichever the working directory
+    stem = results_stem(args)
+    result: dict = {"reference": None, "rows": [], "scaling": []}
+    if args.resume:  # refused before minutes of loading and encoding
+        result = resumed(stem.with_suffix(".json"), args.budget)
+        log.info("resuming %s: %d runs kept", stem.with_suffix(".json"), len(result["rows"]))
     images, labels = load_numpy("test", args.data_dir)
     encoded = encode_images(images, "jpeg")
     budget = budget_of(args.budget)
-    stem = results_stem(args)
-    result: dict = {"reference": None, "rows": [], "scaling": []}
-    if args.resume:
-        result = resumed(stem.with_suffix(".json"), args.budget)
-        log.info("resuming %s: %d runs kept", stem.with_suffix(".json"), len(result["rows"]))
     done = {(r["model_type"], r["seed"]) for r in result["rows"]}
     scaled = {(s["model_type"], s["batch_size_per_replica"]) for s in result["scaling"]}
     want_reference = args.reference and args.budget == "full"  # the full budget's yardstick
@@ -383,6 +395,7 @@ def main(args: argparse.Namespace) -> int:
             "batch_norm", budget, 42, args.data_dir, encoded, labels, reference=True
         )
         log.info("%s", json.dumps(result["reference"]))
+        write(result, args)
     for model_type in args.model_types:
         for seed in args.seeds:
             if (model_type, seed) in done:
@@ -391,7 +404,7 @@ def main(args: argparse.Namespace) -> int:
             result["rows"].append(row)
             log.info("%s", json.dumps(row))
             write(result, args)
-    write(result, args)  # the summary, also when every run was resumed
+    write(result, args, measured=False)  # the summary, also when every run was resumed
     if args.scaling:
         batches = args.scaling_batches or sorted(
             {64, *(budget_of(b)["batch_size_per_replica"] for b in BUDGET_NAMES)}

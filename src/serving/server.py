@@ -20,6 +20,7 @@ import logging
 import sys
 from http import HTTPStatus
 
+from fmnist_common.cli import number
 from serving import DEFAULT_MODEL_NAME, kserve_compat
 
 log = logging.getLogger(__name__)
@@ -46,32 +47,37 @@ def build_parser() -> argparse.ArgumentParser:
         default="0.0.0.0",
         help="address to bind (127.0.0.1 for local-only runs)",
     )
-    parser.add_argument("--max_instances", type=int, default=64, help="instances per request")
     parser.add_argument(
-        "--max_image_bytes", type=int, default=1 << 20, help="bytes per encoded image"
+        "--max_instances", type=number(int, 1), default=64, help="instances per request"
     )
     parser.add_argument(
-        "--max_image_pixels", type=int, default=1 << 20, help="width x height per image"
+        "--max_image_bytes", type=number(int, 1), default=1 << 20, help="bytes per encoded image"
     )
     parser.add_argument(
-        "--max_batch_size", type=int, default=32, help="images per micro-batched model call"
+        "--max_image_pixels", type=number(int, 1), default=1 << 20, help="width x height per image"
+    )
+    parser.add_argument(
+        "--max_batch_size",
+        type=number(int, 1),
+        default=32,
+        help="images per micro-batched model call",
     )
     parser.add_argument(
         "--max_batch_latency_ms",
-        type=float,
+        type=number(float, 0, 10_000),
         default=0.0,
         help="extra wait to fill a micro-batch (0: batch whatever queued during the last call)",
     )
     parser.add_argument(
         "--tf_intra_op_threads",
-        type=int,
+        type=number(int, 0),
         default=1,
         help="TensorFlow intra-op threads (0: TF default); 1 is fastest for this small model, "
         "concurrency comes from micro-batching",
     )
     parser.add_argument(
         "--tf_inter_op_threads",
-        type=int,
+        type=number(int, 0),
         default=1,
         help="TensorFlow inter-op threads (0: TF default)",
     )

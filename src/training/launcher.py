@@ -30,7 +30,7 @@ import threading
 import time
 
 from fmnist_common import free_ports
-from fmnist_common.cli import ConfigError, run_cli
+from fmnist_common.cli import ConfigError, number, run_cli
 from training.pytorchjob import make_dist_env
 from training.tf_config import make_tf_config
 
@@ -221,7 +221,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--chief", action="store_true", help="TFJob: a chief + workers cluster")
     p.add_argument("--name", default="train", help="log prefix")
-    p.add_argument("--timeout", type=float, default=None, help="seconds")
+    p.add_argument("--timeout", type=number(float, 0, low_open=True), default=None, help="seconds")
     p.add_argument("train_args", nargs=argparse.REMAINDER, help="-- then training arguments")
     return p
 

@@ -180,7 +180,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--intra-op-threads",
         type=number(int, 0),
-        default=int(os.environ.get("TF_NUM_INTRAOP_THREADS", "0")),
+        # a string default goes through ``type`` too: a bad variable is a usage error
+        default=os.environ.get("TF_NUM_INTRAOP_THREADS", "0"),
         help="TensorFlow intra-op threads; 0 = TensorFlow's default",
     )
     return p

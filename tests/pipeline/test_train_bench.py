@@ -142,7 +142,7 @@ def test_resume_keeps_the_runs_and_skips_them(tmp_path, monkeypatch):
     result = json.loads((tmp_path / "train_bench-full.json").read_text())
     assert [r["seed"] for r in result["rows"]] == [1, 2]
     assert result["reference"]["wall_seconds"] == 150.0
-    assert result["meta"]["dates"][-1] == result["meta"]["date"]
+    assert result["meta"]["dates"] == sorted({"2026-12-01", result["meta"]["date"]})
     ran.clear()  # without --resume the same command measures everything again
     train_bench.main(train_bench.build_parser().parse_args([*argv, "--results-dir", str(tmp_path)]))
     assert ran == [("reference", 42), ("batch_norm", 1), ("batch_norm", 2)]
@@ -154,12 +154,29 @@ def test_resume_keeps_the_runs_and_skips_them(tmp_path, monkeypatch):
         ("quick", {}, "budget 'quick'"),
         ("full", {"model": "Some Other CPU"}, "another CPU (model"),
         ("full", {"flags": ["sse2"]}, "another CPU (flags"),
+        ("full", {"cores": 64}, "another CPU (cores"),  # other threads per replica
     ],
 )
 def test_resume_refuses_another_budget_or_cpu(tmp_path, budget, cpu, message):
     path = _saved(tmp_path, budget, **cpu)
     with pytest.raises(train_bench.ResumeError, match=re.escape(message)):
         train_bench.resumed(path, "full")
-    path.write_text("{not json")
-    with pytest.raises(train_bench.ResumeError, match="cannot resume from"):
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda r: "{not json",
+        lambda r: {**r, "meta": None},
+        lambda r: {**r, "meta": {**r["meta"], "cpu": None}},
+        lambda r: {**r, "rows": [{"model_type": "cnn"}]},  # no seed
+        lambda r: {**r, "scaling": None},
+        lambda r: [],
+    ],
+)
+def test_resume_refuses_a_damaged_file_in_one_line(tmp_path, damage):
+    path = _saved(tmp_path)
+    bad = damage(json.loads(path.read_text()))
+    path.write_text(bad if isinstance(bad, str) else json.dumps(bad))
+    with pytest.raises(train_bench.ResumeError, match="not a results file"):
         train_bench.resumed(path, "full")

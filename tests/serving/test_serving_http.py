@@ -220,3 +220,25 @@ def test_server_help_lists_kserve_and_own_options(argv, capsys):
         assert opt in out
     args = build_parser().parse_args(["--model_base_path", "x"])
     assert args.model_name == "fashion-mnist" and args.max_instances == 64
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"),
+    [
+        ("--max_instances", "0"),  # every request would be a 413
+        ("--max_instances", "-1"),
+        ("--max_image_bytes", "0"),
+        ("--max_batch_size", "0"),
+        ("--max_batch_latency_ms", "inf"),  # every request would wait forever
+        ("--max_batch_latency_ms", "nan"),
+        ("--max_batch_latency_ms", "-5"),
+        ("--tf_intra_op_threads", "-1"),
+    ],
+)
+def test_server_refuses_limits_that_would_refuse_or_hang_every_request(flag, value, capsys):
+    from serving.server import build_parser
+
+    with pytest.raises(SystemExit) as exc:
+        build_parser().parse_args(["--model_base_path", "x", flag, value])
+    assert exc.value.code == 2
+    assert flag in capsys.readouterr().err

@@ -135,3 +135,32 @@ def _alive(pid: int) -> bool:
             return f.read().split()[2] != "Z"
     except FileNotFoundError:
         return False
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "0", "-3", "soon"])
+def test_a_timeout_that_never_or_always_fires_is_a_usage_error(value, capsys):
+    from training.launcher import build_parser
+
+    with pytest.raises(SystemExit) as exc:
+        build_parser().parse_args(["--timeout", value, "--", "--model-type", "cnn"])
+    assert exc.value.code == 2
+    assert "--timeout" in capsys.readouterr().err
+    assert build_parser().parse_args(["--timeout", "2.5"]).timeout == 2.5
+
+
+def test_each_replica_gets_its_share_of_the_cores_for_tf_and_torch(tmp_path, monkeypatch):
+    """TF_NUM_INTRAOP_THREADS and OMP_NUM_THREADS (torch's) are the launcher's threads per
+    replica unless the caller sets them."""
+    (tmp_path / "print_threads.py").write_text(
+        "import os\nprint('threads', os.environ['TF_NUM_INTRAOP_THREADS'], "
+        "os.environ['OMP_NUM_THREADS'])\n"
+    )
+    monkeypatch.delenv("TF_NUM_INTRAOP_THREADS", raising=False)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    want = str(max(1, (os.cpu_count() or 1) // 2))
+    for job in ("tfjob", "pytorchjob"):
+        out = io.StringIO()
+        env = {"PYTHONPATH": str(tmp_path)}
+        launch([], 2, module="print_threads", env=env, out=out, job=job)
+        lines = [line.split()[-2:] for line in out.getvalue().splitlines() if " threads " in line]
+        assert len(lines) == 2 and all(pair == [want, want] for pair in lines), out.getvalue()

@@ -27,6 +27,19 @@ def test_profile_batches_defaults_to_none_and_accepts_a_range():
     assert args.profile_batches == (3, 7)
 
 
+@pytest.mark.parametrize("value", ["", "two", "-1", "1.5"])
+def test_a_bad_intra_op_threads_variable_is_a_usage_error_naming_the_option(
+    value, monkeypatch, capsys
+):
+    monkeypatch.setenv("TF_NUM_INTRAOP_THREADS", value)
+    with pytest.raises(SystemExit) as exc:
+        build_parser().parse_args(REQUIRED)
+    assert exc.value.code == 2
+    assert "--intra-op-threads" in capsys.readouterr().err
+    monkeypatch.setenv("TF_NUM_INTRAOP_THREADS", "3")
+    assert build_parser().parse_args(REQUIRED).intra_op_threads == 3
+
+
 @pytest.fixture
 def mixed_policy():
     import tf_keras as keras
