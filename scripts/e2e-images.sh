@@ -49,6 +49,10 @@ CACHE="${FMNIST_IMAGES_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/fashion-mnist-gito
 DEBIAN_MIRROR="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 BASE_REF=localhost/fmnist-python-base:3.11-bookworm
 IMAGES=(pause python ml ml_torch argoexec agent busybox event_display)
+# how many older archives of an image a new one leaves (a whole number: bash arithmetic would
+# read any other text as 0 and delete them all)
+KEEP="${FMNIST_IMAGES_KEEP:-1}"
+[[ "$KEEP" =~ ^[0-9]+$ ]] || die "FMNIST_IMAGES_KEEP must be a whole number of archives, got '$KEEP'"
 BUILD_TMP=""
 trap 'if [[ -n "$BUILD_TMP" ]]; then rm -rf "$BUILD_TMP"; fi' EXIT
 
@@ -218,14 +222,15 @@ build() {
   log "$image: building $ref ($(df -h --output=avail "$CACHE" | tail -1 | tr -d ' ') free)"
   # buildah's big temporary files (a layer's diff while it commits, the archive's copies: up to
   # about twice the largest layer) go where TMPDIR says, by default /var/tmp: here, in this
-  # build's directory, so that a failed or killed build leaves none of them behind
+  # build's directory, removed when the build fails or is stopped (EXIT trap); after a SIGKILL
+  # the image's next build removes it (the stale .tmp-<image>-* above)
   TMPDIR="$BUILD_TMP" "build_$image" "$image" "$ref"
   TMPDIR="$BUILD_TMP" buildah push --quiet "$ref" "docker-archive:$BUILD_TMP/image.tar:$ref" >/dev/null
   mv "$BUILD_TMP/image.tar" "$archive"
   # older archives of this image: keep the newest FMNIST_IMAGES_KEEP (default 1: a second clone
   # at another commit finds its own; .ci/run keeps none: CI's disk)
   find "$CACHE" -maxdepth 1 -name "$image-*.tar" ! -path "$archive" -printf '%T@ %p\n' \
-    | sort -rn | tail -n "+$((${FMNIST_IMAGES_KEEP:-1} + 1))" | cut -d' ' -f2- | xargs -r rm -f
+    | sort -rn | tail -n "+$((KEEP + 1))" | cut -d' ' -f2- | xargs -r rm -f
   rm -rf "$BUILD_TMP"
   BUILD_TMP=""
   log "$image: built in $(($(date +%s) - t0)) s, $(du -h "$archive" | cut -f1) -> $archive"

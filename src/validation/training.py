@@ -95,3 +95,31 @@ def pytorchjob_master(ctx: Context) -> Iterator[Hit]:
                 msg = f"needs a container {PYTORCH_CONTAINER!r} with a port {PYTORCH_PORT!r} "
                 msg += "(the operator's names; without them it finds no master port)"
                 yield job, f"spec.{field}.{rtype}.template.spec.containers", msg
+
+
+# job kind -> its framework's intra-op thread count variable (TensorFlow's; torch's OpenMP)
+THREAD_VARIABLES = {"TFJob": "TF_NUM_INTRAOP_THREADS", "PyTorchJob": "OMP_NUM_THREADS"}
+
+
+@check("training-threads")
+def training_threads(ctx: Context) -> Iterator[Hit]:
+    """Every TFJob and PyTorchJob replica's containers set their framework's intra-op thread
+    count (:data:`THREAD_VARIABLES`), as a value or from the container's CPU limit
+    (``resourceFieldRef: limits.cpu``). Unset, TensorFlow and torch start one thread per core of
+    the node, however small the CPU limit, and the replica runs throttled; neither the training
+    operator nor the container runtime sets them."""
+    for job in ctx.kinds(*REPLICA_SPECS):
+        field, specs = replica_specs(job)
+        var = THREAD_VARIABLES[job.kind]
+        for rtype, rspec in specs.items():
+            pod = ((rspec or {}).get("template") or {}).get("spec") or {}
+            for c in pod.get("containers") or []:
+                env = {e.get("name"): e for e in c.get("env") or [] if isinstance(e, dict)}
+                if var not in env or not ("value" in env[var] or "valueFrom" in env[var]):
+                    msg = f"{var} unset: {job.kind} replicas start one thread per node core "
+                    msg += "under their CPU limit; set it, e.g. from resourceFieldRef limits.cpu"
+                    yield (
+                        job,
+                        f"spec.{field}.{rtype}.template.spec.containers[{c.get('name')}]",
+                        msg,
+                    )

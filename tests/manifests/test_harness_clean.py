@@ -15,7 +15,12 @@ WORKFLOW = {"workflow", "workflow-dag", "workflow-params", "memoize-key", "memoi
 TOPICS = {
     "workflow": WORKFLOW | {"executor-security-context"},
     "rbac": {"rbac-wildcard", "rbac-refs", "namespaces", "rbac-grants", "controller-grants"},
-    "training": {"tfjob-conditions", "tfjob-restart-policy", "pytorchjob-master"},
+    "training": {
+        "tfjob-conditions",
+        "tfjob-restart-policy",
+        "pytorchjob-master",
+        "training-threads",
+    },
     "serving": {
         "inferenceservice",
         "inferenceservice-autoscaling",

@@ -275,3 +275,30 @@ def test_success_count_follows_the_overlay(broken):
     assert not [f for f in broken.check("overlays/local-k3d") if f.check == "tfjob-conditions"]
     hits = only(broken.check("overlays/gpu-cloud"), "tfjob-conditions")
     assert all("= 4: success needs succeeded = 2" in f.message for f in hits)
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "fields", "variable"),
+    [
+        (
+            "- name: TF_NUM_INTRAOP_THREADS\n",
+            "- name: TF_NUM_INTEROP_THREADS\n",
+            [f"{WORKER}.template.spec.containers[tensorflow]"],
+            "TF_NUM_INTRAOP_THREADS",
+        ),
+        (
+            "- name: OMP_NUM_THREADS\n",
+            "- name: OMP_THREADS\n",
+            [
+                f"{PYTORCH_SPECS}.Master.template.spec.containers[pytorch]",
+                f"{PYTORCH_SPECS}.Worker.template.spec.containers[pytorch]",
+            ],
+            "OMP_NUM_THREADS",
+        ),
+    ],
+)
+def test_every_training_replica_sets_its_thread_count(broken, old, new, fields, variable):
+    broken.replace(WFT, old, new)
+    hits = only(broken.check(), "training-threads")
+    assert {f.field for f in hits} == set(fields)  # once per call of the template
+    assert all(f.message.startswith(f"{variable} unset") for f in hits), [f.format() for f in hits]

@@ -136,3 +136,17 @@ def test_a_shared_helpers_change_rebuilds_the_images_whose_recipes_call_it(clone
     after = listing(clone, tmp_path / "cache")
     changed = {i for i in before if after[i][1] != before[i][1]}
     assert changed == {"argoexec", "agent", "busybox", "event_display"}
+
+
+@pytest.mark.parametrize("keep", ["abc", "-1", "all", "1+1", "a[$(touch pwned)]"])
+def test_a_keep_count_that_is_not_a_whole_number_is_refused(clone, tmp_path, keep):
+    """bash arithmetic reads such text as 0 (every older archive deleted) or runs it."""
+    proc = subprocess.run(
+        ["bash", str(clone / "scripts" / "e2e-images.sh"), "--list"],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path,
+        env={**os.environ, "FMNIST_IMAGES_CACHE": str(tmp_path / "cache"),
+             "FMNIST_IMAGES_KEEP": keep},
+    )  # fmt: skip
+    assert proc.returncode == 1
+    assert f"FMNIST_IMAGES_KEEP must be a whole number of archives, got '{keep}'" in proc.stderr
+    assert not (tmp_path / "pwned").exists()
