@@ -3,8 +3,9 @@
 Every run is its job's trainer as 2 replicas on loopback, launched exactly as ``make demo`` and
 the cluster run it: ``python -m training.train`` as a TFJob's 2 workers (``TF_CONFIG``,
 ``MultiWorkerMirroredStrategy``), ``python -m training.torch_train`` as a PyTorchJob's Master
-and Worker (the operator's environment, DDP); each exported SavedModel is then evaluated on the whole test split **as JPEG through its serving
-signature** (what selection and the server compute).
+and Worker (the operator's environment, DDP); each exported SavedModel is then evaluated on the
+whole test split **as JPEG through its serving signature** (what selection and the server
+compute).
 
     python bench/train_bench.py --budget full --seeds 1 2 3   # issue 11's table (~1 h on 2 cores)
     python bench/train_bench.py --budget quick --seeds 1 --no-reference --no-scaling
