@@ -50,7 +50,7 @@ from fmnist_common import CANDIDATES
 from fmnist_common.cli import options_argv, positive_int, run_cli
 from fmnist_pipeline.run import BUDGET_NAMES, budget_of, job_of, train_args
 from training.data import SPLIT_SIZES
-from training.launcher import JOBS, LaunchError, launch, replica_envs, threads_per_replica
+from training.launcher import JOBS, LaunchError, launch, replica_envs, thread_env
 from training.precision import cpu_description
 from training.select import evaluate_candidate
 
@@ -140,7 +140,7 @@ def scaling_row(model_type: str, batch: int, precision: str, data_dir: str | Non
     the epochs after the first. The limit runs 2 processes at the same time, each a job of its
     own with one replica (TFJob: ``TF_CONFIG`` unset, a one-replica strategy; PyTorchJob: world
     size 1, so DDP has no peer), with the intra-op threads the launcher gives each of 2
-    replicas (:func:`training.launcher.threads_per_replica`); their images/s are added.
+    replicas (:func:`training.launcher.thread_env`); their images/s are added.
 
     Raises:
         LaunchError: a replica failed.
@@ -165,10 +165,8 @@ def scaling_row(model_type: str, batch: int, precision: str, data_dir: str | Non
         try:
             for i in range(2):
                 env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
+                env = {**thread_env(2), **env}  # each of 2 processes, as launch() gives them
                 env.update(replica_envs(job, 1)[0][1] if job == "pytorchjob" else {})
-                for var in ("TF_NUM_INTRAOP_THREADS", "OMP_NUM_THREADS"):  # as launch()
-                    env.setdefault(var, str(threads_per_replica(2)))
-                env.setdefault("TF_NUM_INTEROP_THREADS", "2")
                 argv = train_args(model_type, work / f"p{i}", f"p{i}", solo, data_dir)
                 with open(work / f"p{i}.log", "w") as out:
                     procs.append(

@@ -67,6 +67,16 @@ def threads_per_replica(num_replicas: int) -> int:
     return max(1, (os.cpu_count() or 1) // max(1, num_replicas))
 
 
+def thread_env(num_replicas: int) -> dict[str, str]:
+    """The thread settings every local replica gets unless its environment sets them: for each
+    of ``num_replicas`` processes sharing this machine, ``TF_NUM_INTRAOP_THREADS`` and
+    ``OMP_NUM_THREADS`` = :func:`threads_per_replica`, ``TF_NUM_INTEROP_THREADS`` = 2. The
+    cluster's replicas take the same two intra-op values from their CPU limit
+    (``resourceFieldRef``, base/ml/pipeline/workflowtemplate.yaml)."""
+    each = str(threads_per_replica(num_replicas))
+    return {"TF_NUM_INTRAOP_THREADS": each, "OMP_NUM_THREADS": each, "TF_NUM_INTEROP_THREADS": "2"}
+
+
 def _replicas(cluster: dict[str, list[str]]) -> list[tuple[str, int]]:
     return [(t, i) for t in ("chief", "worker") for i in range(len(cluster.get(t, [])))]
 
@@ -148,7 +158,7 @@ def launch(
     out = out or sys.stdout
     replicas = replica_envs(job, num_workers, with_chief)
     module = module or JOBS[job]
-    threads_each = str(threads_per_replica(num_workers))
+    threads = thread_env(num_workers)
     procs: list[tuple[str, subprocess.Popen, collections.deque]] = []
     t0 = time.perf_counter()
     # SIGTERM (kubectl delete, timeout, CI cancel) must still stop the replicas: turn it into
@@ -161,10 +171,7 @@ def launch(
             penv = dict(os.environ)
             penv.update(env or {})
             penv.update(job_env)
-            penv.setdefault("TF_NUM_INTRAOP_THREADS", threads_each)
-            penv.setdefault("OMP_NUM_THREADS", threads_each)  # torch's intra-op threads
-            penv.setdefault("TF_NUM_INTEROP_THREADS", "2")
-            penv.setdefault("PYTHONUNBUFFERED", "1")
+            penv = {**threads, **penv, "PYTHONUNBUFFERED": penv.get("PYTHONUNBUFFERED", "1")}
             proc = subprocess.Popen(
                 [sys.executable, "-m", module, *train_args],
                 env=penv,
@@ -215,7 +222,13 @@ def build_parser() -> argparse.ArgumentParser:
         "(`python -m training.torch_train`, MASTER_ADDR/MASTER_PORT/WORLD_SIZE/RANK) as N "
         "local replicas.",
     )
-    p.add_argument("--job", choices=sorted(JOBS), default="tfjob")
+    p.add_argument(
+        "--job",
+        choices=sorted(JOBS),
+        default="tfjob",
+        help="tfjob: TF_CONFIG workers running training.train; pytorchjob: a Master + workers "
+        "(MASTER_ADDR, MASTER_PORT, WORLD_SIZE, RANK) running training.torch_train",
+    )
     p.add_argument(
         "--num-workers", type=int, default=2, help="replicas, the chief or master included"
     )
