@@ -39,7 +39,7 @@ KUBECONFORM_BIN = $(shell $(TOOLS) --bin kubeconform 2>/dev/null)
 help: ## list targets and variables
 	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
 	@echo "variables: MIRROR_DIR=../shared (offline mirrors), BUDGET=quick|smoke|full (demo, bench-train),"
-	@echo "           PYTEST_ARGS (test), WORK_DIR (demo output, default work)"
+	@echo "           PYTEST_ARGS (test), WORK_DIR (demo output, default work), BENCH_ARGS (bench-train: --resume, --overwrite)"
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON_BOOTSTRAP) -m venv $(VENV)
@@ -85,7 +85,7 @@ loadtest-local: $(STAMP) ## headless Locust run against the local model server (
 	$(PY) -m loadtest.local --work-dir $(WORK_DIR)
 
 bench-train: $(STAMP) ## training throughput/accuracy benchmark (2 workers on loopback)
-	$(PY) bench/train_bench.py --budget $(BUDGET)
+	$(PY) bench/train_bench.py --budget $(BUDGET) $(BENCH_ARGS)
 
 bench-serve: $(STAMP) ## model server benchmark (req/s, p50/p99 at concurrency 1/5/16; needs `make demo` first)
 	$(PY) bench/serve_bench.py

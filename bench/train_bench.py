@@ -28,7 +28,8 @@ differ by up to 3x in speed; only ratios are targets):
 Writes ``bench/results/train_bench-<budget>.json`` and a markdown table beside it after every
 run. Timings are reported, never asserted. ``--resume`` goes on from that file (same budget,
 same CPU model and flags, else it refuses): the runs it holds are kept, not repeated, so a table
-of several hours can be measured in parts (each part's dates are recorded).
+of several hours can be measured in parts (each part's dates are recorded); without
+``--resume`` an existing file is refused unless ``--overwrite`` says to start a new table.
 """
 
 from __future__ import annotations
@@ -46,12 +47,13 @@ from pathlib import Path
 
 from fit_teardown import LogTee, teardowns  # bench/, the script's own folder (sys.path[0])
 
-from fmnist_common import CANDIDATES
+from fmnist_common import CANDIDATES, free_ports
 from fmnist_common.cli import options_argv, positive_int, run_cli
 from fmnist_pipeline.run import BUDGET_NAMES, budget_of, job_of, train_args
 from training.data import SPLIT_SIZES
-from training.launcher import JOBS, LaunchError, launch, replica_envs, thread_env
+from training.launcher import JOBS, LaunchError, launch, thread_env
 from training.precision import cpu_description
+from training.pytorchjob import make_dist_env
 from training.select import evaluate_candidate
 
 log = logging.getLogger("bench")
@@ -162,11 +164,13 @@ def scaling_row(model_type: str, batch: int, precision: str, data_dir: str | Non
         two_replicas = steady_ips(history_of(work / "mw" / "candidates" / model_type))
         solo = {**budget, "train_examples": examples // 2}
         procs = []
+        ports = free_ports(2)  # the PyTorchJobs' MASTER_PORTs: two at once, never the same
         try:
             for i in range(2):
                 env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
                 env = {**thread_env(2), **env}  # each of 2 processes, as launch() gives them
-                env.update(replica_envs(job, 1)[0][1] if job == "pytorchjob" else {})
+                if job == "pytorchjob":  # world size 1: DDP has no peer
+                    env.update(make_dist_env("127.0.0.1", ports[i], 1, 0))
                 argv = train_args(model_type, work / f"p{i}", f"p{i}", solo, data_dir)
                 with open(work / f"p{i}.log", "w") as out:
                     procs.append(
@@ -277,41 +281,113 @@ def to_markdown(result: dict) -> str:
 
 
 class ResumeError(RuntimeError):
-    """The results file to resume is unreadable or from another budget or CPU."""
+    """The results file to resume is unreadable or from another budget or CPU, or a new run
+    would overwrite it."""
+
+
+# The fields every stored run must have, with their types (what summarize and to_markdown read).
+RUN_FIELDS = {
+    "model_type": str,
+    "seed": int,
+    "epochs": int,
+    "precision": str,
+    "global_batch_size": int,
+    "wall_seconds": (int, float),
+    "fit_seconds": (int, float),
+    "images_per_second": (int, float),
+    "teardown_seconds": (int, float, type(None)),
+    "test_accuracy": (int, float),
+    "test_loss": (int, float),
+}
+SCALING_FIELDS = {
+    "model_type": str,
+    "batch_size_per_replica": int,
+    "precision": str,
+    "two_workers_images_per_second": (int, float),
+    "limit_images_per_second": (int, float),
+    "efficiency": (int, float),
+}
+
+
+def _check_fields(row: object, fields: dict, what: str) -> None:
+    """Raise ValueError unless ``row`` is a dict with every field of ``fields`` of its type
+    (``bool`` is not taken for a number)."""
+    if not isinstance(row, dict):
+        raise ValueError(f"{what} is not an object: {row!r}")
+    for key, kind in fields.items():
+        value = row.get(key, KeyError)
+        if value is KeyError or isinstance(value, bool) or not isinstance(value, kind):
+            raise ValueError(f"{what} has no valid {key!r}: {value!r}")
+
+
+def budget_meta(budget: dict) -> dict:
+    """The budget's parameters as a results file records them (``meta.budget_params``)."""
+    keys = ("epochs", "train_examples", "batch_size_per_replica", "learning_rate", "precision")
+    return {key: budget[key] for key in keys}
 
 
 def resumed(path: Path, budget: str) -> dict:
     """The result in ``path`` to go on from: ``{"reference", "rows", "scaling", "meta"}``.
 
     Raises:
-        ResumeError: ``path`` is not a results file of this benchmark, or it was measured
-            under another budget or on another CPU (model name, cores or vector flags differ from
+        ResumeError: ``path`` is not a results file of this benchmark (a missing field, or one of
+            the wrong type, in any run: :data:`RUN_FIELDS`, :data:`SCALING_FIELDS`; a model type
+            that is not a candidate; a reference wall time that is not positive), or it was
+            measured under another budget (its name, its recorded parameters, or a run's epochs
+            and global batch differ from today's :func:`budget_of`) or on another CPU (model
+            name, cores or vector flags differ from
             :func:`training.precision.cpu_description`'s): its timings would not compare.
     """
     try:
         saved = json.loads(path.read_text())
         meta, cpu = saved["meta"], saved["meta"]["cpu"]
-        result = {"reference": saved["reference"], "rows": list(saved["rows"])}
-        result["scaling"] = list(saved["scaling"])
+        result = {"reference": saved["reference"], "rows": saved["rows"]}
+        result["scaling"] = saved["scaling"]
+        if not (isinstance(result["rows"], list) and isinstance(result["scaling"], list)):
+            raise ValueError("rows and scaling must be lists")
         if result["reference"] is not None:
-            float(result["reference"]["wall_seconds"])
+            _check_fields(result["reference"], RUN_FIELDS, "the reference")
+            if not result["reference"]["wall_seconds"] > 0:
+                raise ValueError("the reference's wall_seconds must be positive")
         for row in result["rows"]:
-            str(row["model_type"]), int(row["seed"])
+            _check_fields(row, RUN_FIELDS, "a run")
         for row in result["scaling"]:
-            str(row["model_type"]), int(row["batch_size_per_replica"])
+            _check_fields(row, SCALING_FIELDS, "a scaling row")
+        for row in result["rows"] + result["scaling"]:
+            if row["model_type"] not in CANDIDATES:
+                raise ValueError(f"unknown model type {row['model_type']!r}")
         # runs of a file written before --resume existed keep their date
-        result["meta"] = {**meta, "dates": list(meta.get("dates") or [meta["date"]])}
+        dates = meta.get("dates") or [meta["date"]]
+        if not (isinstance(dates, list) and all(isinstance(d, str) for d in dates)):
+            raise ValueError(f"meta.dates is not a list of dates: {dates!r}")
+        result["meta"] = {**meta, "dates": dates}
         budget_held, cpu = meta["budget"], {key: cpu[key] for key in ("model", "cores", "flags")}
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
         raise ResumeError(f"cannot resume from {path}: not a results file ({err!r})") from err
     if budget_held != budget:
         raise ResumeError(f"cannot resume: {path} holds budget {budget_held!r}, not {budget!r}")
+    today = budget_of(budget)
+    held = meta.get("budget_params")  # absent in files written before it was recorded
+    if held is not None and held != budget_meta(today):
+        raise ResumeError(
+            f"cannot resume: the {budget!r} budget changed since {path} was measured "
+            f"({held!r}, now {budget_meta(today)!r}); start a new table with --overwrite"
+        )
+    # also catches a changed budget in files without budget_params (every run has 2 replicas)
+    for row in result["rows"]:
+        shape = (row["epochs"], row["global_batch_size"])
+        if shape != (today["epochs"], 2 * today["batch_size_per_replica"]):
+            raise ResumeError(
+                f"cannot resume: {path} holds a {row['model_type']} run of {shape[0]} epochs x "
+                f"{shape[1]} per step, the {budget!r} budget is now {today['epochs']} x "
+                f"{2 * today['batch_size_per_replica']}; start a new table with --overwrite"
+            )
     here = cpu_description()
     for key in ("model", "cores", "flags"):  # cores: the threads each replica gets
         if cpu[key] != here[key]:
             raise ResumeError(
                 f"cannot resume: {path} was measured on another CPU ({key} "
-                f"{cpu[key]!r}, here {here[key]!r}); start a new table without --resume"
+                f"{cpu[key]!r}, here {here[key]!r}); start a new table with --overwrite"
             )
     return result
 
@@ -344,6 +420,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="go on from the results file of an earlier run (same budget and CPU): keep its "
         "runs, measure only the missing ones",
     )
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="start a new table even where a results file of this budget exists (without "
+        "--resume or --overwrite an existing file is refused, not replaced)",
+    )
     p.add_argument("--data-dir", default=os.environ.get("TFDS_DATA_DIR"))
     p.add_argument("--results-dir", type=Path, default=RESULTS, help="default: bench/results")
     return p
@@ -365,6 +447,7 @@ def write(result: dict, args: argparse.Namespace, measured: bool = True) -> None
         "date": today,
         "dates": sorted(dates or {today}),  # the days its runs were measured on (--resume)
         "budget": args.budget,
+        "budget_params": budget_meta(budget_of(args.budget)),  # --resume compares them
         "load_average_1m": round(os.getloadavg()[0], 2),
     }
     args.results_dir.mkdir(parents=True, exist_ok=True)
@@ -383,6 +466,11 @@ def main(args: argparse.Namespace) -> int:
     if args.resume:  # refused before minutes of loading and encoding
         result = resumed(stem.with_suffix(".json"), args.budget)
         log.info("resuming %s: %d runs kept", stem.with_suffix(".json"), len(result["rows"]))
+    elif stem.with_suffix(".json").exists() and not args.overwrite:
+        raise ResumeError(
+            f"{stem.with_suffix('.json')} exists: --resume goes on from it, --overwrite "
+            "starts a new table in its place"
+        )
     images, labels = load_numpy("test", args.data_dir)
     encoded = encode_images(images, "jpeg")
     budget = budget_of(args.budget)

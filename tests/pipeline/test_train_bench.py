@@ -107,9 +107,11 @@ def _saved(tmp_path: Path, budget: str = "full", **cpu) -> Path:
     """A results file of an earlier run on this machine's CPU (``cpu`` overrides its fields)."""
     from training.precision import cpu_description
 
-    rows = [_row("batch_norm", 1, 0.94, 300)]
+    full = train_bench.budget_of("full")
+    rows = [{**_row("batch_norm", 1, 0.94, 300), "epochs": full["epochs"]}]
+    rows[0]["global_batch_size"] = 2 * full["batch_size_per_replica"]  # 2 replicas
     result = {
-        "reference": _row("reference", 42, 0.93, 150.0),
+        "reference": {**_row("batch_norm", 42, 0.93, 150.0), "model_type": "reference"},
         "rows": rows,
         "summary": train_bench.summarize(rows, None),
         "scaling": [],
@@ -126,7 +128,12 @@ def test_resume_keeps_the_runs_and_skips_them(tmp_path, monkeypatch):
 
     def fake_bench_one(model_type, budget, seed, *a, reference=False):
         ran.append(("reference" if reference else model_type, seed))
-        return _row(model_type, seed, 0.95, 310)
+        row = _row(model_type, seed, 0.95, 310)
+        return {
+            **row,
+            "epochs": budget["epochs"],
+            "global_batch_size": 2 * budget["batch_size_per_replica"],
+        }
 
     monkeypatch.setattr(train_bench, "bench_one", fake_bench_one)
     monkeypatch.setattr(
@@ -143,8 +150,18 @@ def test_resume_keeps_the_runs_and_skips_them(tmp_path, monkeypatch):
     assert [r["seed"] for r in result["rows"]] == [1, 2]
     assert result["reference"]["wall_seconds"] == 150.0
     assert result["meta"]["dates"] == sorted({"2026-12-01", result["meta"]["date"]})
-    ran.clear()  # without --resume the same command measures everything again
-    train_bench.main(train_bench.build_parser().parse_args([*argv, "--results-dir", str(tmp_path)]))
+    assert result["meta"]["budget_params"] == train_bench.budget_meta(train_bench.budget_of("full"))
+    assert train_bench.resumed(tmp_path / "train_bench-full.json", "full")  # its own file resumes
+    ran.clear()  # without --resume an existing table is refused, nothing measured or lost
+    before = (tmp_path / "train_bench-full.json").read_text()
+    with pytest.raises(train_bench.ResumeError, match="exists: --resume goes on from it"):
+        train_bench.main(
+            train_bench.build_parser().parse_args([*argv, "--results-dir", str(tmp_path)])
+        )
+    assert ran == [] and (tmp_path / "train_bench-full.json").read_text() == before
+    # --overwrite measures everything again
+    argv += ["--results-dir", str(tmp_path), "--overwrite"]
+    train_bench.main(train_bench.build_parser().parse_args(argv))
     assert ran == [("reference", 42), ("batch_norm", 1), ("batch_norm", 2)]
 
 
@@ -170,6 +187,16 @@ def test_resume_refuses_another_budget_or_cpu(tmp_path, budget, cpu, message):
         lambda r: {**r, "meta": None},
         lambda r: {**r, "meta": {**r["meta"], "cpu": None}},
         lambda r: {**r, "rows": [{"model_type": "cnn"}]},  # no seed
+        lambda r: {**r, "rows": [{**r["rows"][0], "seed": "1"}]},  # would run seed 1 again
+        lambda r: {**r, "rows": [{**r["rows"][0], "model_type": ["cnn"]}]},
+        lambda r: {**r, "rows": [{**r["rows"][0], "model_type": "resnet"}]},
+        lambda r: {**r, "rows": [{k: v for k, v in r["rows"][0].items() if k != "test_loss"}]},
+        lambda r: {**r, "rows": [{**r["rows"][0], "wall_seconds": True}]},
+        lambda r: {**r, "reference": {**r["reference"], "wall_seconds": "150"}},
+        lambda r: {**r, "reference": {**r["reference"], "wall_seconds": 0}},
+        lambda r: {**r, "scaling": [{"model_type": "batch_norm", "batch_size_per_replica": 64}]},
+        lambda r: {**r, "meta": {**r["meta"], "dates": "2026-12-01"}},
+        lambda r: {**r, "rows": {}},
         lambda r: {**r, "scaling": None},
         lambda r: [],
     ],
@@ -179,4 +206,23 @@ def test_resume_refuses_a_damaged_file_in_one_line(tmp_path, damage):
     bad = damage(json.loads(path.read_text()))
     path.write_text(bad if isinstance(bad, str) else json.dumps(bad))
     with pytest.raises(train_bench.ResumeError, match="not a results file"):
+        train_bench.resumed(path, "full")
+
+
+def test_resume_refuses_a_changed_budget(tmp_path):
+    """The full budget is read from the WorkflowTemplate: when its parameters changed since the
+    file was written, its runs are not mixed with today's (recorded parameters, or a run's
+    epochs and global batch in a file that predates them)."""
+    path = _saved(tmp_path)
+    saved = json.loads(path.read_text())
+    params = train_bench.budget_meta(train_bench.budget_of("full"))
+    path.write_text(json.dumps({**saved, "meta": {**saved["meta"], "budget_params": params}}))
+    assert train_bench.resumed(path, "full")["rows"] == saved["rows"]
+    changed = {**params, "learning_rate": params["learning_rate"] * 2}
+    path.write_text(json.dumps({**saved, "meta": {**saved["meta"], "budget_params": changed}}))
+    with pytest.raises(train_bench.ResumeError, match="budget changed since"):
+        train_bench.resumed(path, "full")
+    shorter = [{**saved["rows"][0], "epochs": saved["rows"][0]["epochs"] - 1}]
+    path.write_text(json.dumps({**saved, "rows": shorter}))
+    with pytest.raises(train_bench.ResumeError, match="run of .* epochs x"):
         train_bench.resumed(path, "full")
