@@ -70,11 +70,12 @@ def threads_per_replica(num_replicas: int) -> int:
 def thread_env(num_replicas: int) -> dict[str, str]:
     """The thread settings every local replica gets unless its environment sets them: for each
     of ``num_replicas`` processes sharing this machine, ``TF_NUM_INTRAOP_THREADS`` and
-    ``OMP_NUM_THREADS`` = :func:`threads_per_replica`, ``TF_NUM_INTEROP_THREADS`` = 2. The
-    cluster's replicas take the same two intra-op values from their CPU limit
-    (``resourceFieldRef``, base/ml/pipeline/workflowtemplate.yaml)."""
+    ``OMP_NUM_THREADS`` = :func:`threads_per_replica` (the trainers' ``--intra-op-threads``
+    default; ``training.train`` then sets the inter-op pool to ``max(2, intra)``). The cluster's
+    replicas take the same two values from their CPU limit (``resourceFieldRef``,
+    base/ml/pipeline/workflowtemplate.yaml)."""
     each = str(threads_per_replica(num_replicas))
-    return {"TF_NUM_INTRAOP_THREADS": each, "OMP_NUM_THREADS": each, "TF_NUM_INTEROP_THREADS": "2"}
+    return {"TF_NUM_INTRAOP_THREADS": each, "OMP_NUM_THREADS": each}
 
 
 def _replicas(cluster: dict[str, list[str]]) -> list[tuple[str, int]]:

@@ -164,3 +164,14 @@ def test_each_replica_gets_its_share_of_the_cores_for_tf_and_torch(tmp_path, mon
         launch([], 2, module="print_threads", env=env, out=out, job=job)
         lines = [line.split()[-2:] for line in out.getvalue().splitlines() if " threads " in line]
         assert len(lines) == 2 and all(pair == [want, want] for pair in lines), out.getvalue()
+    # the caller's env= and the outer environment win over the defaults; PYTHONUNBUFFERED too
+    monkeypatch.setenv("TF_NUM_INTRAOP_THREADS", "5")
+    monkeypatch.setenv("PYTHONUNBUFFERED", "")
+    (tmp_path / "print_threads.py").write_text(
+        "import os\nprint('threads', os.environ['TF_NUM_INTRAOP_THREADS'], "
+        "os.environ['OMP_NUM_THREADS'], repr(os.environ['PYTHONUNBUFFERED']))\n"
+    )
+    out = io.StringIO()
+    launch([], 2, module="print_threads", env={**env, "OMP_NUM_THREADS": "3"}, out=out)
+    lines = [line.split()[-3:] for line in out.getvalue().splitlines() if " threads " in line]
+    assert lines == [["5", "3", "''"]] * 2, out.getvalue()
