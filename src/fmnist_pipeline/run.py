@@ -137,8 +137,24 @@ def run_stage(module: ModuleType, argv: list[str]) -> None:
         raise PipelineError(f"{module.__name__} exited with code {code}")
 
 
+def keep_samples(jpegs: list[bytes], samples: Path) -> None:
+    """Write the classified images as ``samples/test-NNNN.jpg`` (NNNN: index in the test split),
+    replacing those of an earlier run. A convenience only: a failure is logged, not raised."""
+    try:
+        samples.mkdir(parents=True, exist_ok=True)
+        for old in samples.glob("test-*.jpg"):
+            old.unlink()
+        for i, jpeg in enumerate(jpegs):
+            (samples / f"test-{i:04d}.jpg").write_bytes(jpeg)
+    except OSError as exc:
+        log.warning("the sample images were not kept in %s: %s", samples, exc)
+
+
 def serve_and_predict(work: Path, data_dir: str | None, n_images: int) -> list[dict]:
     """Serve the published versions on loopback, classify ``n_images`` test images, stop.
+
+    The JPEGs it sends are kept as ``<work>/reports/samples/test-NNNN.jpg`` (NNNN: the index in
+    the test split), for trying ``python -m serving.client`` by hand.
 
     Returns:
         One ``{"true", "predicted", "probability"}`` row per image (class names, float).
@@ -152,14 +168,16 @@ def serve_and_predict(work: Path, data_dir: str | None, n_images: int) -> list[d
     from training.data import encode_images, load_numpy
 
     images, labels = load_numpy("test", data_dir, n_images)
+    jpegs = encode_images(images, "jpeg")
     server_log = work / "reports" / "server.log"
     server = LocalServer(work / "models" / MODEL_NAME, log_path=server_log, ready_timeout=120)
     log.info("starting the model server (log: %s): %s", server_log, " ".join(server.command()))
     try:
         server.start()
-        predictions = predict(server.url, encode_images(images, "jpeg"))
+        predictions = predict(server.url, jpegs)
     finally:
         log.info("model server stopped (exit code %s)", server.stop())
+    keep_samples(jpegs, work / "reports" / "samples")
     rows = []
     for probs, label in zip(predictions, labels, strict=True):
         (name, p), *_ = top_k(probs, 1)

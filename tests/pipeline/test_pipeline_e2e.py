@@ -15,7 +15,11 @@ from fmnist_common import CANDIDATES
 def test_pipeline_end_to_end(tmp_path, data_dir):
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
     cmd = [sys.executable, "-m", "fmnist_pipeline", "--work-dir", str(tmp_path / "work")]
-    cmd += ["--budget", "smoke", *(["--data-dir", data_dir] if data_dir else [])]
+    cmd += ["--budget", "smoke", "--predict-images", "3"]
+    cmd += ["--data-dir", data_dir] if data_dir else []
+    stale = tmp_path / "work" / "reports" / "samples" / "test-0003.jpg"
+    stale.parent.mkdir(parents=True)
+    stale.write_bytes(b"\xff\xd8\xff from an earlier run of 8 images")
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900, cwd=tmp_path)
     out = proc.stdout + proc.stderr
     work = tmp_path / "work"
@@ -33,6 +37,12 @@ def test_pipeline_end_to_end(tmp_path, data_dir):
     assert "chosen:" in proc.stdout and "-> version 1" in proc.stdout
     assert "true label" in proc.stdout and "model server stopped" in out
     assert (work / "reports" / "server.log").stat().st_size > 0
+    # the JPEGs it classified, kept for the client by hand (docs/serving.md); an earlier
+    # run's extra image is gone
+    samples = sorted((work / "reports" / "samples").glob("test-*.jpg"))
+    assert [p.name for p in samples] == [f"test-{i:04d}.jpg" for i in range(len(samples))]
+    assert samples and all(p.read_bytes()[:3] == b"\xff\xd8\xff" for p in samples)
+    assert len(samples) == 3  # --predict-images
 
 
 def test_failure_is_one_line_and_exit_1(tmp_path):
