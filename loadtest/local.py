@@ -5,10 +5,10 @@
 Serves ``<work-dir>/models/fashion-mnist`` (what ``make demo`` publishes; exit 1 with one line
 ending in "run make demo first" when there is no version), runs ``loadtest/locustfile.py``
 headless with its stages squeezed into ``--duration``, writes ``<work-dir>/loadtest/``
-(``locust_stats.csv``, ``locust_stats_history.csv``, ``locust_failures.csv``, ``report.html``,
-``server.log``, ``payload.json``), stops the server and exits with Locust's code: 0 when the
-thresholds (failure ratio, p95 latency, minimum requests/s) hold, 1 otherwise. Runs from any
-directory.
+(``locust_stats.csv``, ``locust_stats_history.csv``, ``locust_failures.csv``,
+``locust_exceptions.csv``, ``report.html``, ``server.log``, ``payload.json``), stops the
+server and exits with Locust's code: 0 when the thresholds (failure ratio, p95 latency, minimum
+requests/s) hold, 1 otherwise. Runs from any directory.
 """
 
 from __future__ import annotations

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -108,6 +109,10 @@ def test_local_mode_locust_run_passes_thresholds(loadtest_work_dir, tmp_path):
     assert len(history) > 5
     assert (reports / "report.html").stat().st_size > 1000
     assert not (reports / "locust_failures.csv").read_text().strip().splitlines()[1:]
+    # docs/load-testing.md lists every file the run leaves, and only those
+    doc = (ROOT / "docs" / "load-testing.md").read_text()
+    [listed] = re.findall(r"`work/loadtest/\{([^}]*)\}`", doc)
+    assert sorted(listed.split(",")) == sorted(p.name for p in reports.iterdir())
 
 
 @pytest.mark.slow
