@@ -161,7 +161,8 @@ def scaling_row(model_type: str, batch: int, precision: str, data_dir: str | Non
         work = Path(tmp)
         argv = train_args(model_type, work / "mw", "mw", budget, data_dir)
         launch(argv, 2, name="2-replicas", job=job)
-        two_replicas = steady_ips(history_of(work / "mw" / "candidates" / model_type))
+        hist = history_of(work / "mw" / "candidates" / model_type)
+        two_replicas, resolved = steady_ips(hist), hist["precision"]  # --precision auto's pick
         solo = {**budget, "train_examples": examples // 2}
         procs = []
         ports = free_ports(2)  # the PyTorchJobs' MASTER_PORTs: two at once, never the same
@@ -196,7 +197,7 @@ def scaling_row(model_type: str, batch: int, precision: str, data_dir: str | Non
     return {
         "model_type": model_type,
         "batch_size_per_replica": batch,
-        "precision": precision,
+        "precision": resolved,
         "two_workers_images_per_second": round(two_replicas),
         "limit_images_per_second": round(limit),
         "efficiency": round(two_replicas / limit, 3),
