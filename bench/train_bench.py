@@ -437,9 +437,11 @@ def results_stem(args: argparse.Namespace) -> Path:
     return args.results_dir / f"train_bench-{args.budget}"
 
 
-def write(result: dict, args: argparse.Namespace, measured: bool = True) -> None:
+def write(result: dict, args: argparse.Namespace, budget: dict, measured: bool = True) -> None:
     """Write the result so far (JSON and markdown): a failure late in an hour-long run keeps
-    the rows measured before it. ``measured``: a run was just added (today joins the dates)."""
+    the rows measured before it. ``budget``: the budget the runs used (:func:`budget_of`,
+    recorded as ``meta.budget_params``); ``measured``: a run was just added (today joins the
+    dates)."""
     result["summary"] = summarize(result["rows"], result["reference"])
     today = time.strftime("%Y-%m-%d")
     dates = {*result.get("meta", {}).get("dates", []), *([today] if measured else [])}
@@ -448,7 +450,7 @@ def write(result: dict, args: argparse.Namespace, measured: bool = True) -> None
         "date": today,
         "dates": sorted(dates or {today}),  # the days its runs were measured on (--resume)
         "budget": args.budget,
-        "budget_params": budget_meta(budget_of(args.budget)),  # --resume compares them
+        "budget_params": budget_meta(budget),  # --resume compares them
         "load_average_1m": round(os.getloadavg()[0], 2),
     }
     args.results_dir.mkdir(parents=True, exist_ok=True)
@@ -483,7 +485,7 @@ def main(args: argparse.Namespace) -> int:
             "batch_norm", budget, 42, args.data_dir, encoded, labels, reference=True
         )
         log.info("%s", json.dumps(result["reference"]))
-        write(result, args)
+        write(result, args, budget)
     for model_type in args.model_types:
         for seed in args.seeds:
             if (model_type, seed) in done:
@@ -491,8 +493,8 @@ def main(args: argparse.Namespace) -> int:
             row = bench_one(model_type, budget, seed, args.data_dir, encoded, labels)
             result["rows"].append(row)
             log.info("%s", json.dumps(row))
-            write(result, args)
-    write(result, args, measured=False)  # the summary, also when every run was resumed
+            write(result, args, budget)
+    write(result, args, budget, measured=False)  # the summary, also when every run was resumed
     if args.scaling:
         batches = args.scaling_batches or sorted(
             {64, *(budget_of(b)["batch_size_per_replica"] for b in BUDGET_NAMES)}
@@ -509,7 +511,7 @@ def main(args: argparse.Namespace) -> int:
                 row = scaling_row(best, batch, budget["precision"], args.data_dir)
                 result["scaling"].append(row)
                 log.info("%s", json.dumps(row))
-                write(result, args)
+                write(result, args, budget)
     print(to_markdown(result))
     return 0
 
