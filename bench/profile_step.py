@@ -2,6 +2,7 @@
 
     python bench/profile_step.py                      # the full budget's batch and precision
     python bench/profile_step.py --batch-size-per-replica 64 --precision float32
+    python bench/profile_step.py --precision float32 --bytes-per-pack 1048576
 
 Trains the ``--model-type`` variant as 2 worker processes on loopback (``TF_CONFIG``, as every
 benchmark and TFJob runs it) for 2 short epochs with ``--profile-batches`` set to batches of the
@@ -14,8 +15,13 @@ trace-viewer format and reports, per profiled step (one ``train_function`` call)
   which includes waiting for the other worker;
 * ``other_ms``: the rest (forward, backward, optimizer update, input).
 
-Writes ``bench/results/profile_step-<precision>-<batch>.json``; the profile directory is kept
-under ``--keep`` when given, for ``tensorboard --logdir``. Timings are reported, never asserted.
+``--bytes-per-pack`` is passed to the trainer (:mod:`training.train`: the gradient all-reduce
+in packs of about that many bytes, last layer first, so that the first packs can overlap the
+rest of the backward pass; 0 = one pack).
+
+Writes ``bench/results/profile_step-<precision>-<batch>[-pack<bytes>].json``; the profile
+directory is kept under ``--keep`` when given, for ``tensorboard --logdir``. Timings are
+reported, never asserted.
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ import tempfile
 from pathlib import Path
 
 from fmnist_common import MODEL_TYPES
-from fmnist_common.cli import ConfigError, positive_int, run_cli
+from fmnist_common.cli import ConfigError, number, positive_int, run_cli
 from fmnist_pipeline.run import budget_of, train_args
 from training.launcher import LaunchError, launch
 from training.precision import PRECISION_CHOICES
@@ -48,6 +54,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--batch-size-per-replica", type=positive_int, default=full["batch_size_per_replica"]
     )
     p.add_argument("--precision", choices=PRECISION_CHOICES, default=full["precision"])
+    p.add_argument(
+        "--bytes-per-pack",
+        type=number(int, 0),
+        default=0,
+        help="the trainer's --bytes-per-pack (0 = the gradients in one all-reduce)",
+    )
     p.add_argument("--data-dir", default=None, help="tfds data dir (default: $TFDS_DATA_DIR)")
     p.add_argument("--keep", default=None, help="copy the TensorBoard directory here")
     return p
@@ -96,8 +108,16 @@ def summarise(events: list[dict]) -> list[dict]:
     return rows
 
 
-def main(args: argparse.Namespace) -> int:
-    """Run, profile, summarise, write the result; 0 on success."""
+def result_name(args: argparse.Namespace) -> str:
+    """``profile_step-<precision>-<batch>[-pack<bytes>].json``: one file per setting."""
+    pack = f"-pack{args.bytes_per_pack}" if args.bytes_per_pack else ""
+    return f"profile_step-{args.precision}-{args.batch_size_per_replica}{pack}.json"
+
+
+def trainer_argv(args: argparse.Namespace, work: Path) -> list[str]:
+    """The ``python -m training.train`` arguments of the profiled run: the full budget with
+    ``args``' batch and precision, 2 epochs of :data:`STEPS_PER_EPOCH` steps, no validation,
+    the profile over :data:`PROFILED` steps of the second epoch, ``args.bytes_per_pack``."""
     budget = {
         **budget_of("full"),
         "epochs": 2,
@@ -107,12 +127,18 @@ def main(args: argparse.Namespace) -> int:
         "precision": args.precision,
     }
     first = STEPS_PER_EPOCH + 1
+    return [
+        *train_args(args.model_type, work, "profile", budget, args.data_dir),
+        "--profile-batches", str(first), str(first + PROFILED - 1),
+        "--bytes-per-pack", str(args.bytes_per_pack),
+    ]  # fmt: skip
+
+
+def main(args: argparse.Namespace) -> int:
+    """Run, profile, summarise, write the result; 0 on success."""
     with tempfile.TemporaryDirectory(prefix="profile-") as tmp:
         work = Path(tmp)
-        argv = [
-            *train_args(args.model_type, work, "profile", budget, args.data_dir),
-            "--profile-batches", str(first), str(first + PROFILED - 1),
-        ]  # fmt: skip
+        argv = trainer_argv(args, work)
         launch(argv, num_workers=2, name="profile")
         found = sorted((work / "tensorboard").rglob("*.xplane.pb"))
         if args.keep:
@@ -127,12 +153,13 @@ def main(args: argparse.Namespace) -> int:
         "model_type": args.model_type,
         "batch_size_per_replica": args.batch_size_per_replica,
         "precision": args.precision,
+        "bytes_per_pack": args.bytes_per_pack,
         "steps": rows,
         "median": med,
         "all_reduce_share": round(med["all_reduce_ms"] / med["step_ms"], 3),
     }
     RESULTS.mkdir(exist_ok=True)
-    out = RESULTS / f"profile_step-{args.precision}-{args.batch_size_per_replica}.json"
+    out = RESULTS / result_name(args)
     out.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps({k: v for k, v in result.items() if k != "steps"}))
     return 0
