@@ -17,6 +17,9 @@ WORK_DIR ?= work
 
 MIRROR_DIR ?=
 ifneq ($(strip $(MIRROR_DIR)),)
+ifeq ($(wildcard $(MIRROR_DIR)/.),)
+$(error MIRROR_DIR=$(MIRROR_DIR) is not a folder: give the offline mirrors' folder, absolute or relative to this clone)
+endif
 export TFDS_DATA_DIR ?= $(abspath $(MIRROR_DIR))/tfds
 export UPSTREAM_MIRROR_DIR ?= $(abspath $(MIRROR_DIR))/upstream
 export KUBE_SCHEMA_DIR ?= $(abspath $(MIRROR_DIR))/kube-schemas

@@ -181,3 +181,14 @@ def test_unknown_option_is_caught():
         check_make(DocCommand("x", 1, (), ("make", "no-such-target")))
     with pytest.raises(AssertionError):
         check_python(DocCommand("x", 1, (), (PY, "-m", "serving.client", "--no-such-flag")))
+
+
+def test_make_stops_on_a_mirror_dir_that_is_not_a_folder(tmp_path):
+    """A MIRROR_DIR relative to another folder than the clone (a clone elsewhere than beside
+    ../shared) stops make at once, not a download attempt minutes later."""
+    missing = tmp_path / "shared"
+    proc = _run(["make", "-n", "demo", f"MIRROR_DIR={missing}"])
+    assert proc.returncode == 2
+    assert f"MIRROR_DIR={missing} is not a folder" in proc.stderr
+    missing.mkdir()
+    assert _run(["make", "-n", "demo", f"MIRROR_DIR={missing}"]).returncode == 0
