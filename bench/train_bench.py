@@ -321,10 +321,43 @@ def _check_fields(row: object, fields: dict, what: str) -> None:
             raise ValueError(f"{what} has no valid {key!r}: {value!r}")
 
 
+BUDGET_KEYS = (
+    "epochs",
+    "train_examples",
+    "batch_size_per_replica",
+    "learning_rate",
+    "precision",
+    "validation_examples",  # validated every epoch: inside every wall and epoch time
+)
+
+
 def budget_meta(budget: dict) -> dict:
     """The budget's parameters as a results file records them (``meta.budget_params``)."""
-    keys = ("epochs", "train_examples", "batch_size_per_replica", "learning_rate", "precision")
-    return {key: budget[key] for key in keys}
+    return {key: budget[key] for key in BUDGET_KEYS}
+
+
+def best_variants(summary: list[dict]) -> dict[str, str]:
+    """The best variant per job kind (``tfjob``, ``pytorchjob``: :func:`job_of`), by median
+    test accuracy among that kind's variants with the most seeds (a variant with fewer seeds
+    cannot win on a luckier median); ties keep the first in the summary's order."""
+    best = {}
+    for job in ("tfjob", "pytorchjob"):
+        mine = [s for s in summary if job_of(s["model_type"]) == job]
+        if mine:
+            most = max(s["seeds"] for s in mine)
+            full = [s for s in mine if s["seeds"] == most]
+            best[job] = max(full, key=lambda s: s["accuracy_median"])["model_type"]
+    return best
+
+
+def scaling_of_the_best(scaling: list[dict], best: dict[str, str]) -> list[dict]:
+    """The scaling rows of today's best variants only: when a resumed table's new runs make
+    another variant the best of its kind, the former best's rows go (the section measures the
+    best of each kind, :func:`main`), with a log line."""
+    kept = [s for s in scaling if best.get(job_of(s["model_type"])) == s["model_type"]]
+    for gone in sorted({s["model_type"] for s in scaling} - {s["model_type"] for s in kept}):
+        log.warning("scaling rows of %s dropped: no longer the best of its kind", gone)
+    return kept
 
 
 def resumed(path: Path, budget: str) -> dict:
@@ -369,7 +402,8 @@ def resumed(path: Path, budget: str) -> dict:
         raise ResumeError(f"cannot resume: {path} holds budget {budget_held!r}, not {budget!r}")
     today = budget_of(budget)
     held = meta.get("budget_params")  # absent in files written before it was recorded
-    if held is not None and held != budget_meta(today):
+    # a key that a file of an older version did not record is not compared
+    if held is not None and held != {k: v for k, v in budget_meta(today).items() if k in held}:
         raise ResumeError(
             f"cannot resume: the {budget!r} budget changed since {path} was measured "
             f"({held!r}, now {budget_meta(today)!r}); start a new table with --overwrite"
@@ -478,7 +512,6 @@ def main(args: argparse.Namespace) -> int:
     encoded = encode_images(images, "jpeg")
     budget = budget_of(args.budget)
     done = {(r["model_type"], r["seed"]) for r in result["rows"]}
-    scaled = {(s["model_type"], s["batch_size_per_replica"]) for s in result["scaling"]}
     want_reference = args.reference and args.budget == "full"  # the full budget's yardstick
     if want_reference and result["reference"] is None:
         result["reference"] = bench_one(
@@ -500,11 +533,13 @@ def main(args: argparse.Namespace) -> int:
             {64, *(budget_of(b)["batch_size_per_replica"] for b in BUDGET_NAMES)}
         )
         # the best TensorFlow variant and the PyTorch one (DDP's efficiency), where benched
-        for job in ("tfjob", "pytorchjob"):
-            mine = [s for s in result["summary"] if job_of(s["model_type"]) == job]
-            if not mine:
-                continue
-            best = max(mine, key=lambda s: s["accuracy_median"])["model_type"]
+        best_of = best_variants(result["summary"])
+        kept = scaling_of_the_best(result["scaling"], best_of)
+        if kept != result["scaling"]:
+            result["scaling"] = kept
+            write(result, args, budget, measured=False)
+        scaled = {(s["model_type"], s["batch_size_per_replica"]) for s in result["scaling"]}
+        for best in best_of.values():
             for batch in batches:
                 if (best, batch) in scaled:
                     continue

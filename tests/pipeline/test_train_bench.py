@@ -226,3 +226,45 @@ def test_resume_refuses_a_changed_budget(tmp_path):
     path.write_text(json.dumps({**saved, "rows": shorter}))
     with pytest.raises(train_bench.ResumeError, match="run of .* epochs x"):
         train_bench.resumed(path, "full")
+
+
+def test_resume_compares_the_validation_examples_and_accepts_older_files(tmp_path):
+    """Validation runs every epoch, inside every timing: a changed validation-examples is a
+    changed budget. A file of an older version, which did not record it, still resumes."""
+    path = _saved(tmp_path)
+    saved = json.loads(path.read_text())
+    params = train_bench.budget_meta(train_bench.budget_of("full"))
+    assert "validation_examples" in params
+    older = {k: v for k, v in params.items() if k != "validation_examples"}
+    path.write_text(json.dumps({**saved, "meta": {**saved["meta"], "budget_params": older}}))
+    assert train_bench.resumed(path, "full")["rows"] == saved["rows"]
+    other = {**params, "validation_examples": params["validation_examples"] + 1000}
+    path.write_text(json.dumps({**saved, "meta": {**saved["meta"], "budget_params": other}}))
+    with pytest.raises(train_bench.ResumeError, match="budget changed since"):
+        train_bench.resumed(path, "full")
+
+
+def _summary(*variants: tuple[str, int, float]) -> list[dict]:
+    return [{"model_type": m, "seeds": n, "accuracy_median": a} for m, n, a in variants]
+
+
+def test_the_best_of_each_kind_is_chosen_among_the_variants_with_most_seeds():
+    summary = _summary(
+        ("batch_norm", 3, 0.942), ("cnn", 1, 0.950), ("dropout", 3, 0.941), ("pytorch", 3, 0.9)
+    )
+    assert train_bench.best_variants(summary) == {"tfjob": "batch_norm", "pytorchjob": "pytorch"}
+    summary[1]["seeds"] = 3  # cnn measured as often: now it wins
+    assert train_bench.best_variants(summary)["tfjob"] == "cnn"
+    assert train_bench.best_variants(_summary(("pytorch", 2, 0.9))) == {"pytorchjob": "pytorch"}
+
+
+def test_a_former_best_loses_its_scaling_rows(caplog):
+    scaling = [
+        {"model_type": m, "batch_size_per_replica": b}
+        for m, b in (("batch_norm", 64), ("cnn", 64), ("pytorch", 64), ("batch_norm", 512))
+    ]
+    best = {"tfjob": "cnn", "pytorchjob": "pytorch"}
+    kept = train_bench.scaling_of_the_best(scaling, best)
+    assert [s["model_type"] for s in kept] == ["cnn", "pytorch"]
+    assert "scaling rows of batch_norm dropped" in caplog.text
+    assert train_bench.scaling_of_the_best(kept, best) == kept
