@@ -261,12 +261,13 @@ def to_markdown(result: dict) -> str:
     if result.get("scaling"):
         lines += [
             "",
-            "| model | per-replica batch | 2 replicas img/s | limit img/s | efficiency |",
-            "|---|---|---|---|---|",
+            "| model | per-replica batch | precision | 2 replicas img/s | limit img/s "
+            "| efficiency |",
+            "|---|---|---|---|---|---|",
         ]
         for s in result["scaling"]:
             lines.append(
-                f"| {s['model_type']} | {s['batch_size_per_replica']} | "
+                f"| {s['model_type']} | {s['batch_size_per_replica']} | {s['precision']} | "
                 f"{s['two_workers_images_per_second']} | {s['limit_images_per_second']} | "
                 f"{s['efficiency']:.0%} |"
             )

@@ -56,6 +56,7 @@ def test_markdown_has_every_section_and_row():
         {
             "model_type": "batch_norm",
             "batch_size_per_replica": 64,
+            "precision": "float32",
             "two_workers_images_per_second": 1800,
             "limit_images_per_second": 2000,
             "efficiency": 0.9,
@@ -84,7 +85,7 @@ def test_markdown_has_every_section_and_row():
     assert "| batch_norm | 3 | 0.9320 (0.9310-0.9330) | 300 | 2.00 |" in md
     assert "| reference (2026-11-29 batch_norm) | 1 | 0.9286 | 150.0 | 1.00 |" in md
     assert md.count("| batch_norm | ") == 3 + 1 + 1  # runs, summary, scaling
-    assert "| batch_norm | 64 | 1800 | 2000 | 90% |" in md
+    assert "| batch_norm | 64 | float32 | 1800 | 2000 | 90% |" in md
 
 
 def test_reference_options_are_accepted_by_the_trainer_and_win_over_the_budget():
