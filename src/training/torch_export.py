@@ -111,7 +111,10 @@ def save_torchscript(torch_model: BatchNormNet, path: str | os.PathLike) -> Path
 
 
 def export_pytorch_candidate(
-    torch_model: BatchNormNet, saved_model_dir: str | os.PathLike, mirror_average: bool
+    torch_model: BatchNormNet,
+    saved_model_dir: str | os.PathLike,
+    mirror_average: bool,
+    history: dict | None = None,
 ) -> Path:
     """Publish ``torch_model`` as a candidate at ``saved_model_dir`` (see the module docstring).
 
@@ -128,17 +131,21 @@ def export_pytorch_candidate(
         mirror_average: the serving signature averages the image and its left-right mirror
             (:func:`training.export.probabilities`); the trainer sets it for runs trained with
             random flips. The TorchScript artifact always returns plain logits.
+        history: written as ``training_history.json`` into the staging directory (the
+            candidate appears with its history or not at all); ``None``: none.
 
     Returns:
         ``saved_model_dir`` as a :class:`~pathlib.Path`.
     """
     from training.export import export_saved_model
-    from training.train import publish_dir
+    from training.train import HISTORY_FILE, publish_dir, write_history
 
     eval_copy = copy.deepcopy(torch_model).to("cpu", torch.float32).eval()
 
     def write(staging: Path) -> None:
         export_saved_model(to_keras(eval_copy), staging, mirror_average=mirror_average)
         save_torchscript(eval_copy, staging / TORCHSCRIPT_PATH)
+        if history is not None:
+            write_history(staging / HISTORY_FILE, history)
 
     return publish_dir(Path(saved_model_dir), write)

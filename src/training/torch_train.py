@@ -62,12 +62,10 @@ from training.precision import resolve_precision
 from training.pytorchjob import DistEnv, DistEnvError, parse_dist_env
 from training.train import (
     ERASE_PIXELS,
-    HISTORY_FILE,
     PEER_LOST_EXIT_CODE,
     SHIFT_PIXELS,
     add_shared_arguments,
     checkpoint_dir,
-    write_history,
 )
 
 log = logging.getLogger("training.torch_train")
@@ -514,8 +512,9 @@ def train(args: argparse.Namespace, env: DistEnv) -> dict:
     if lead:
         from training.torch_export import export_pytorch_candidate
 
-        saved = export_pytorch_candidate(model.eval(), Path(args.saved_model_dir), mirror_average)
-        write_history(saved / HISTORY_FILE, result)
+        saved = export_pytorch_candidate(
+            model.eval(), Path(args.saved_model_dir), mirror_average, result
+        )
         log.info("rank 0 exported %s", saved)
     return result
 
@@ -562,8 +561,9 @@ def _export_finished(
         state["train_seconds"],
         state["history"],
     )
-    saved = export_pytorch_candidate(model.eval(), Path(args.saved_model_dir), mirror_average)
-    write_history(saved / HISTORY_FILE, result)
+    saved = export_pytorch_candidate(
+        model.eval(), Path(args.saved_model_dir), mirror_average, result
+    )
     log.info("rank 0 exported %s", saved)
     return result
 

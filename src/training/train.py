@@ -5,9 +5,11 @@ Each replica reads ``TF_CONFIG`` (injected by the Kubeflow training operator, or
 examples (one input pipeline per worker), and then *every* replica saves (saving runs
 collectives); only the chief's files survive, following TensorFlow's multi-worker Keras tutorial:
 
-  * chief: checkpoints under ``<checkpoint-dir>/<model-type>/<run-id>/``, TensorBoard logs under
-    ``<tensorboard-dir>/<model-type>/<run-id>/``, the SavedModel at ``--saved-model-dir``
-    (staged beside it, then renamed into place);
+  * chief: checkpoints under ``<checkpoint-dir>/<model-type>/<run-id>/`` (and, once training
+    ended, ``trained.json``: a replica re-created after that exports without the strategy,
+    :func:`finished_run`), TensorBoard logs under ``<tensorboard-dir>/<model-type>/<run-id>/``,
+    the SavedModel and its ``training_history.json`` at ``--saved-model-dir`` (staged beside
+    it, then renamed into place);
   * other workers: the same writes go to a private temporary directory on local disk that is
     deleted afterwards, so no ``workertemp`` directory ever appears on the shared volume.
 
@@ -42,6 +44,9 @@ from training.tf_config import TaskInfo, TFConfigError, is_chief, parse_tf_confi
 
 log = logging.getLogger("training.train")
 HISTORY_FILE = "training_history.json"
+# In the run's checkpoint directory: a finished training's flags and history, written by the
+# chief when training ends, before the export (:func:`finished_run`)
+TRAINED_FILE = "trained.json"
 SCRATCH_PREFIX = "workertemp_"
 LR_SCHEDULES = ("constant", "cosine", "exponential")
 AUGMENTATIONS = ("none", "shift", "shift-flip", "shift-flip-erase")
@@ -97,7 +102,8 @@ def add_shared_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--run-id",
         default=os.environ.get("RUN_ID", "local"),
-        help="names this run's checkpoint/log directories; reusing it resumes (default: $RUN_ID)",
+        help="names this run's checkpoint/log directories; reusing it resumes an interrupted run "
+        "and exports a finished one again (same flags; default: $RUN_ID)",
     )
     p.add_argument("--seed", type=number(int, 0, 2**32 - 1), default=42)
     p.add_argument(
@@ -448,17 +454,34 @@ def float32_copy(model, build, args: argparse.Namespace, strategy):
     keras.mixed_precision.set_global_policy("float32")
     copy = build(args.model_type)
     copy.set_weights([strategy.experimental_local_results(w)[0].numpy() for w in model.weights])
-    pinned = [layer.name for layer in copy.layers if layer.compute_dtype != "float32"]
-    if pinned:  # a model builder that sets a layer's dtype itself
+    return computes_in_float32(copy)
+
+
+def computes_in_float32(model):
+    """``model``, once every layer is checked to compute in float32 (what the export must).
+
+    Raises:
+        ConfigError: a layer computes in another dtype (a model builder that sets a layer's
+            dtype itself).
+    """
+    pinned = [layer.name for layer in model.layers if layer.compute_dtype != "float32"]
+    if pinned:
         raise ConfigError(f"layers {pinned} do not compute in float32: the export must")
-    return copy
+    return model
 
 
 def export_candidate(
-    model, saved_model_dir: Path, task: TaskInfo, export_parent: Path, mirror_average: bool
+    model,
+    saved_model_dir: Path,
+    task: TaskInfo,
+    export_parent: Path,
+    mirror_average: bool,
+    history: dict | None = None,
 ) -> Path:
     """Every replica exports; the chief stages next to ``saved_model_dir`` and renames into place.
-    ``mirror_average``: see :func:`training.export.probabilities`.
+    ``mirror_average``: see :func:`training.export.probabilities`. ``history``: the chief
+    writes it as :data:`HISTORY_FILE` into the staging directory, so the candidate appears with
+    its history or not at all.
 
     A crash before the rename leaves only a ``.staging-*`` directory, never a partial
     ``saved_model_dir``; the next chief removes such leftovers of killed runs first (see
@@ -472,10 +495,13 @@ def export_candidate(
         staging = export_parent / f"{prefix}{uuid.uuid4().hex[:8]}"
         export_saved_model(model, staging, mirror_average=mirror_average)
         return staging
-    return publish_dir(
-        saved_model_dir,
-        lambda staging: export_saved_model(model, staging, mirror_average=mirror_average),
-    )
+
+    def write(staging: Path) -> None:
+        export_saved_model(model, staging, mirror_average=mirror_average)
+        if history is not None:
+            write_history(staging / HISTORY_FILE, history)
+
+    return publish_dir(saved_model_dir, write)
 
 
 def publish_dir(target: Path, write) -> Path:
@@ -502,11 +528,141 @@ def publish_dir(target: Path, write) -> Path:
             old = target.with_name(f".old-{target.name}-{uuid.uuid4().hex[:8]}")
             target.rename(old)
         staging.rename(target)
+    except BaseException:  # a failed write: no lock file left to prove it stale later
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
     finally:
         release_dir(staging)
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
     return target
+
+
+# The flags that decide what a run trains: a finished run is exported again only when a replica
+# is started with the same ones (and as many replicas), else trained again
+TRAINING_FLAGS = (
+    "model_type",
+    "epochs",
+    "batch_size_per_replica",
+    "learning_rate",
+    "warmup_epochs",
+    "lr_schedule",
+    "train_examples",
+    "steps_per_epoch",
+    "seed",
+    "augment",
+    "label_smoothing",
+    "precision",
+)
+
+
+def training_flags(args: argparse.Namespace, task: TaskInfo) -> dict:
+    """What this run trains: :data:`TRAINING_FLAGS`' values and the number of replicas
+    (recorded in :data:`TRAINED_FILE`, compared by :func:`finished_run`)."""
+    return {**{k: getattr(args, k) for k in TRAINING_FLAGS}, "replicas": task.num_workers}
+
+
+def finished_run(args: argparse.Namespace, task: TaskInfo) -> tuple[dict, Path] | None:
+    """``(history, weights)`` of this run id when its training finished with these flags.
+
+    The chief writes :data:`TRAINED_FILE` into :func:`checkpoint_dir` when training ends (a
+    callback that runs before ``BackupAndRestore`` deletes its backup, then again with the
+    final timings once ``fit()`` returns): ``{"flags": training_flags(...), "history": the
+    training_history.json dict}``; ``ModelCheckpoint`` has written the last epoch's weights
+    (``epoch-<--epochs>/weights``, a TF checkpoint) before. A chief that trains removes the
+    file first (:func:`train`).
+
+    Returns:
+        ``None`` for a new or interrupted run, or one finished with other flags (it is trained
+        again).
+    """
+    ckpt = checkpoint_dir(args)
+    weights = ckpt / f"epoch-{args.epochs:03d}" / "weights"
+    try:
+        record = json.loads((ckpt / TRAINED_FILE).read_text())
+    except (OSError, ValueError):  # none (written by rename: never half-written)
+        return None
+    if not isinstance(record, dict) or record.get("flags") != training_flags(args, task):
+        return None
+    if not isinstance(record.get("history"), dict):
+        return None
+    if not weights.with_suffix(".index").is_file():
+        return None
+    return record["history"], weights
+
+
+def export_finished(
+    args: argparse.Namespace, task: TaskInfo, done: tuple[dict, Path], model_builder=None
+) -> dict:
+    """Finish a run whose training is done (:func:`finished_run`) without the strategy.
+
+    The chief lost while exporting (killed, OOM) is re-created alone by the training operator
+    (``restartPolicy: ExitCode``; after a bfloat16 run the other workers have exited 0, they
+    take no part in its float32 export): a strategy would wait for peers that never come. So
+    the chief builds the model in float32, loads the last epoch's weights (every variable of
+    the model must match: the optimizer's slots are left out) and exports them with the
+    recorded history; any other worker has nothing left to do. As :mod:`training.torch_train`
+    does with its last checkpoint. The checkpoint holds the replicas' mean of each batch-norm
+    moving statistic, where the float32 copy of a bfloat16 run exports the chief's own (the
+    replicas' statistics differ by their data shards only).
+
+    Returns:
+        The finished run's history dict.
+
+    Raises:
+        ConfigError: a layer of the rebuilt model does not compute in float32.
+    """
+    history, weights = done
+    if not is_chief(task):
+        log.info(
+            "%s:%d: this run's training is finished; the chief exports",
+            task.task_type,
+            task.task_index,
+        )
+        return history
+    import tf_keras as keras
+
+    from training.models import build_model
+
+    keras.mixed_precision.set_global_policy("float32")
+    model = computes_in_float32((model_builder or build_model)(args.model_type))
+    model.load_weights(str(weights)).expect_partial().assert_existing_objects_matched()
+    log.info("training finished already; the chief exports %s alone", weights)
+    dirs = run_dirs(args, task)
+    saved = export_candidate(
+        model,
+        Path(args.saved_model_dir),
+        task,
+        dirs["export_parent"],
+        history["mirror_average"],
+        history,
+    )
+    log.info("chief exported %s", saved)
+    return history
+
+
+class TrainedMarker:
+    """A Keras callback (built by :meth:`make`) that writes :data:`TRAINED_FILE` when training
+    ends. Placed before ``BackupAndRestore`` in the callback list, so that no moment after the
+    last epoch lacks both the backup and the marker (``on_train_end`` runs in list order, and
+    ``BackupAndRestore``'s deletes the backup). ``record(history, train_seconds)``: the
+    training_history.json dict of Keras' ``History.history`` so far."""
+
+    @staticmethod
+    def make(path: Path, flags: dict, record):
+        """The callback: ``path`` (the file), ``flags`` (:func:`training_flags`), ``record``."""
+        import tf_keras as keras
+
+        class _Marker(keras.callbacks.Callback):
+            def on_train_begin(self, logs=None):
+                self.started = time.perf_counter()
+
+            def on_train_end(self, logs=None):
+                seconds = time.perf_counter() - self.started
+                history = record(self.model.history.history, seconds)
+                write_history(path, {"flags": flags, "history": history})
+
+        return _Marker()
 
 
 def write_history(path: Path, history: dict) -> None:
@@ -570,6 +726,9 @@ def train(args: argparse.Namespace, task: TaskInfo, model_builder=None) -> dict:
         raise ConfigError(
             "--profile-batches needs --tensorboard-dir (the profile is written there)"
         )
+    done = finished_run(args, task)
+    if done is not None:  # a replica re-created after training ended: no peers to wait for
+        return export_finished(args, task, done, model_builder)
     no_autotune_on_device_iterators()
     strategy = make_strategy(task, args)
     precision, why = resolve_precision(args.precision)
@@ -612,9 +771,34 @@ def train(args: argparse.Namespace, task: TaskInfo, model_builder=None) -> dict:
             metrics=["accuracy"],
         )
     throughput = ThroughputLogger.make(global_batch, steps)
+
+    def record(history: dict, train_seconds: float, teardown: float | None = None) -> dict:
+        """The run's training_history.json dict (``history``: Keras' ``History.history``)."""
+        return {
+            "model_type": args.model_type,
+            "run_id": args.run_id,
+            "replicas": replicas,
+            "global_batch_size": global_batch,
+            "steps_per_epoch": steps,
+            "epochs": args.epochs,
+            "precision": precision,
+            "mirror_average": mirror_average,
+            "train_examples": int(len(x_train)),
+            "train_seconds": train_seconds,
+            "fit_teardown_seconds": teardown,
+            "history": {k: [float(v) for v in vals] for k, vals in history.items()},
+        }
+
+    flags = training_flags(args, task)
+    marker = [TrainedMarker.make(ckpt / TRAINED_FILE, flags, record)] if chief else []
+    if chief:  # training (again): a marker of an earlier run with these flags is void now
+        (ckpt / TRAINED_FILE).unlink(missing_ok=True)
     callbacks = [
-        # Fault tolerance: a restarted replica resumes from the last finished epoch.
-        # Deleted after a successful fit, so rerunning a finished run id trains again.
+        # The chief marks the run finished (TRAINED_FILE: export_finished) before the backup
+        # goes: a re-created chief then exports instead of training again.
+        *marker,
+        # Fault tolerance: a restarted replica resumes from the last finished epoch (the
+        # backup is deleted when training ends).
         keras.callbacks.BackupAndRestore(backup_dir=str(ckpt / "backup")),
         keras.callbacks.ModelCheckpoint(
             filepath=str(ckpt / "epoch-{epoch:03d}" / "weights"),
@@ -644,34 +828,27 @@ def train(args: argparse.Namespace, task: TaskInfo, model_builder=None) -> dict:
         # teardown there once cost up to 60 s per run (docs/training.md, bench/fit_teardown.py)
         teardown = returned - throughput.ended_at
         log.info("fit() returned %.2f s after training ended", teardown)
+        history = record(hist.history, train_seconds, teardown)
+        if chief:  # the marker again, with the final timings
+            write_history(ckpt / TRAINED_FILE, {"flags": flags, "history": history})
         exported, saved = float32_copy(model, build, args, strategy), None
         # saving a distributed model takes every replica (collectives); a local float32 copy
         # only the chief, so the others skip a throwaway export
         if chief or exported is model:
             saved = export_candidate(
-                exported, Path(args.saved_model_dir), task, dirs["export_parent"], mirror_average
+                exported,
+                Path(args.saved_model_dir),
+                task,
+                dirs["export_parent"],
+                mirror_average,
+                history if chief else None,
             )
     finally:
         if dirs["scratch"] is not None:  # non-chief: nothing of this replica may survive
             release_dir(dirs["scratch"])
             shutil.rmtree(dirs["scratch"], ignore_errors=True)
             log.info("worker %d removed its temporary directory", task.task_index)
-    history = {
-        "model_type": args.model_type,
-        "run_id": args.run_id,
-        "replicas": replicas,
-        "global_batch_size": global_batch,
-        "steps_per_epoch": steps,
-        "epochs": args.epochs,
-        "precision": precision,
-        "mirror_average": mirror_average,
-        "train_examples": int(len(x_train)),
-        "train_seconds": train_seconds,
-        "fit_teardown_seconds": teardown,
-        "history": {k: [float(v) for v in vals] for k, vals in hist.history.items()},
-    }
     if chief:
-        write_history(saved / HISTORY_FILE, history)
         log.info("chief exported %s", saved)
     return history
 

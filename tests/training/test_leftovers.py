@@ -3,6 +3,7 @@ removed by the next run, and only when provably stale: real processes are killed
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -122,3 +123,25 @@ def test_only_provably_stale_directories_are_removed(tmp_path):
     release_dir(mine, remove_lock_file=False)  # as if this process had died
     assert remove_stale_dirs(tmp_path, "workertemp_*") == [mine]
     assert remove_stale_dirs(tmp_path / "missing", "x*") == []
+
+
+def test_a_candidate_appears_with_its_history_or_not_at_all(tmp_path, monkeypatch):
+    """The chief writes training_history.json into the staging directory: a failure while
+    writing it (here a history JSON cannot hold) publishes nothing and leaves no staging
+    directory (without its lock file no later run could prove it stale); a success publishes
+    both."""
+    from training import export
+
+    def fake_export(model, export_dir, **_):
+        Path(export_dir, "saved_model.pb").write_bytes(b"complete")
+
+    monkeypatch.setattr(export, "export_saved_model", fake_export)
+    candidates = tmp_path / "candidates"
+    with pytest.raises(TypeError):
+        train.export_candidate(
+            None, candidates / "cnn", TaskInfo(), candidates, False, {"bad": object()}
+        )
+    assert list(candidates.iterdir()) == []  # no candidate, and no staging left behind
+    out = train.export_candidate(None, candidates / "cnn", TaskInfo(), candidates, False, {"a": 1})
+    assert sorted(p.name for p in out.iterdir()) == ["saved_model.pb", train.HISTORY_FILE]
+    assert json.loads((out / train.HISTORY_FILE).read_text()) == {"a": 1}

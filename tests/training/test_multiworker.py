@@ -2,17 +2,30 @@
 
 import json
 import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
+from fmnist_common import LOOPBACK, free_ports
 from fmnist_pipeline.run import BUDGETS, train_args
 from training.export import INPUT_NAME, OUTPUT_NAME, SIGNATURE_KEY
 from training.launcher import launch
 
 pytestmark = pytest.mark.slow
+
+
+def _args(work: Path, model_type, run_id, epochs, precision, data_dir) -> list[str]:
+    budget = {
+        **BUDGETS["smoke"],
+        "epochs": epochs,
+        "precision": precision,
+    }  # 2,048 images, 64/replica
+    return train_args(model_type, work, run_id, budget, data_dir)
 
 
 def _train(
@@ -21,12 +34,7 @@ def _train(
     work = tmp_path / "shared"
     scratch_tmp = tmp_path / "local-tmp"  # each replica's TMPDIR: non-chief scratch lives here
     scratch_tmp.mkdir(exist_ok=True)
-    budget = {
-        **BUDGETS["smoke"],
-        "epochs": epochs,
-        "precision": precision,
-    }  # 2,048 images, 64/replica
-    args = train_args(model_type, work, run_id, budget, data_dir)
+    args = _args(work, model_type, run_id, epochs, precision, data_dir)
     env = {"TMPDIR": str(scratch_tmp), "TF_CPP_MIN_LOG_LEVEL": "2"}
     launch(args, num_workers=2, with_chief=with_chief, name=model_type, env=env, timeout=600)
     return work, scratch_tmp
@@ -108,3 +116,41 @@ def test_checkpoints_of_different_runs_and_types_never_collide(tmp_path, data_di
     runs = sorted(p.name for p in (work / "checkpoints" / "cnn").iterdir())
     assert runs == ["run-a", "run-b"]
     assert all((work / "checkpoints" / "cnn" / r / "epoch-001").is_dir() for r in runs)
+
+
+def test_a_chief_re_created_after_training_exports_alone(tmp_path, data_dir, test_slice):
+    """The chief lost while exporting, after the other worker exited 0: the operator re-creates
+    the chief alone. Its run's training is finished (``trained.json`` and the last epoch's
+    weights), so it exports those weights without the strategy, whose peer would never come
+    (here nothing listens at the peer's address); a worker in that state exits 0 at once."""
+    work, _ = _train(tmp_path, "cnn", False, data_dir, run_id="r1", epochs=1)
+    saved = work / "candidates" / "cnn"
+    first = tmp_path / "first-export"
+    saved.rename(first)  # the candidate that the lost chief never published
+    peers = [f"{LOOPBACK}:{port}" for port in free_ports(2)]
+    for index in (1, 0):
+        tf_config = {"cluster": {"worker": peers}, "task": {"type": "worker", "index": index}}
+        env = {**os.environ, "TF_CONFIG": json.dumps(tf_config), "TF_CPP_MIN_LOG_LEVEL": "2"}
+        argv = _args(work, "cnn", "r1", 1, "float32", data_dir)
+        proc = subprocess.run(
+            [sys.executable, "-m", "training.train", *argv],
+            env=env, capture_output=True, text=True, timeout=180, check=False,
+        )  # fmt: skip
+        out = proc.stdout + proc.stderr
+        assert proc.returncode == 0, out[-3000:]
+        said = "the chief exports" if index == 0 else "this run's training is finished"
+        assert said in out, out[-3000:]
+        assert (saved / "saved_model.pb").is_file() == (index == 0), out[-2000:]
+    history = json.loads((saved / "training_history.json").read_text())
+    assert history == json.loads((first / "training_history.json").read_text())
+    # the same weights as the first export: the same answers
+    images, _ = test_slice
+    from training.data import encode_images
+
+    jpegs = tf.constant(encode_images(images[:64], "jpeg"))
+    answers = [
+        tf.saved_model.load(str(d)).signatures[SIGNATURE_KEY](**{INPUT_NAME: jpegs})[OUTPUT_NAME]
+        for d in (first, saved)
+    ]
+    np.testing.assert_allclose(answers[0].numpy(), answers[1].numpy(), rtol=1e-5, atol=1e-6)
+    shutil.rmtree(first)

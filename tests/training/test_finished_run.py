@@ -1,0 +1,80 @@
+"""training.train.finished_run: when a re-created replica may export instead of training again
+(the two-process case is tests/training/test_multiworker.py)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from training import train
+from training.tf_config import TaskInfo
+
+TWO_WORKERS = TaskInfo({"worker": ["localhost:1", "localhost:2"]}, "worker", 0)
+
+
+def _args(tmp_path, *extra):
+    argv = ["--model-type", "cnn", "--epochs", "2", "--saved-model-dir", str(tmp_path / "c")]
+    return train.build_parser().parse_args(
+        [*argv, "--checkpoint-dir", str(tmp_path / "ckpt"), "--run-id", "r1", *extra]
+    )
+
+
+def _finish(args, task=TWO_WORKERS, history=None, epochs=None) -> None:
+    """What a finished run leaves: the marker and the last epoch's weights."""
+    ckpt = train.checkpoint_dir(args)
+    last = ckpt / f"epoch-{epochs or args.epochs:03d}"
+    last.mkdir(parents=True)
+    (last / "weights.index").write_bytes(b"")
+    record = {"flags": train.training_flags(args, task), "history": history or {"epochs": 2}}
+    (ckpt / train.TRAINED_FILE).write_text(json.dumps(record))
+
+
+def test_a_finished_run_with_the_same_flags_is_found(tmp_path):
+    args = _args(tmp_path)
+    assert train.finished_run(args, TWO_WORKERS) is None  # nothing yet
+    _finish(args, history={"epochs": 2, "run_id": "r1"})
+    history, weights = train.finished_run(args, TWO_WORKERS)
+    assert history == {"epochs": 2, "run_id": "r1"}
+    assert weights == train.checkpoint_dir(args) / "epoch-002" / "weights"
+
+
+@pytest.mark.parametrize(
+    "other",
+    [
+        ["--seed", "7"],
+        ["--learning-rate", "0.01"],
+        ["--epochs", "3"],
+        ["--train-examples", "2048"],
+        ["--precision", "float32"],
+        ["--augment", "none"],
+    ],
+)
+def test_other_flags_train_again(tmp_path, other):
+    _finish(_args(tmp_path))
+    assert train.finished_run(_args(tmp_path, *other), TWO_WORKERS) is None
+
+
+def test_another_number_of_replicas_trains_again(tmp_path):
+    args = _args(tmp_path)
+    _finish(args)
+    three = TaskInfo({"worker": ["a:1", "b:2", "c:3"]}, "worker", 0)
+    assert train.finished_run(args, three) is None
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda ckpt: (ckpt / "epoch-002" / "weights.index").unlink(),  # weights not written
+        lambda ckpt: (ckpt / train.TRAINED_FILE).write_text("[1, 2]"),
+        lambda ckpt: (ckpt / train.TRAINED_FILE).write_text("{not json"),
+        lambda ckpt: (ckpt / train.TRAINED_FILE).write_text(
+            json.dumps({**json.loads((ckpt / train.TRAINED_FILE).read_text()), "history": 3})
+        ),
+    ],
+)
+def test_an_incomplete_or_damaged_marker_trains_again(tmp_path, damage):
+    args = _args(tmp_path)
+    _finish(args)
+    damage(train.checkpoint_dir(args))
+    assert train.finished_run(args, TWO_WORKERS) is None
