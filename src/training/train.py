@@ -566,7 +566,7 @@ def finished_run(args: argparse.Namespace, task: TaskInfo) -> tuple[dict, Path] 
     """``(history, weights)`` of this run id when its training finished with these flags.
 
     The chief writes :data:`TRAINED_FILE` into :func:`checkpoint_dir` when training ends (a
-    callback that runs before ``BackupAndRestore`` deletes its backup, then again with the
+    ``LambdaCallback`` that runs before ``BackupAndRestore`` deletes its backup, then with the
     final timings once ``fit()`` returns): ``{"flags": training_flags(...), "history": the
     training_history.json dict}``; ``ModelCheckpoint`` has written the last epoch's weights
     (``epoch-<--epochs>/weights``, a TF checkpoint) before. A chief that trains removes the
@@ -639,30 +639,6 @@ def export_finished(
     )
     log.info("chief exported %s", saved)
     return history
-
-
-class TrainedMarker:
-    """A Keras callback (built by :meth:`make`) that writes :data:`TRAINED_FILE` when training
-    ends. Placed before ``BackupAndRestore`` in the callback list, so that no moment after the
-    last epoch lacks both the backup and the marker (``on_train_end`` runs in list order, and
-    ``BackupAndRestore``'s deletes the backup). ``record(history, train_seconds)``: the
-    training_history.json dict of Keras' ``History.history`` so far."""
-
-    @staticmethod
-    def make(path: Path, flags: dict, record):
-        """The callback: ``path`` (the file), ``flags`` (:func:`training_flags`), ``record``."""
-        import tf_keras as keras
-
-        class _Marker(keras.callbacks.Callback):
-            def on_train_begin(self, logs=None):
-                self.started = time.perf_counter()
-
-            def on_train_end(self, logs=None):
-                seconds = time.perf_counter() - self.started
-                history = record(self.model.history.history, seconds)
-                write_history(path, {"flags": flags, "history": history})
-
-        return _Marker()
 
 
 def write_history(path: Path, history: dict) -> None:
@@ -790,12 +766,24 @@ def train(args: argparse.Namespace, task: TaskInfo, model_builder=None) -> dict:
         }
 
     flags = training_flags(args, task)
-    marker = [TrainedMarker.make(ckpt / TRAINED_FILE, flags, record)] if chief else []
+
+    def mark_trained(history: dict) -> None:
+        """The chief's TRAINED_FILE: from here a re-created chief exports (export_finished)."""
+        write_history(ckpt / TRAINED_FILE, {"flags": flags, "history": history})
+
+    marker = []
     if chief:  # training (again): a marker of an earlier run with these flags is void now
         (ckpt / TRAINED_FILE).unlink(missing_ok=True)
+        # when training ends, before BackupAndRestore (next in the list: on_train_end runs in
+        # list order) deletes its backup: no moment lacks both
+        marker.append(
+            keras.callbacks.LambdaCallback(
+                on_train_end=lambda logs: mark_trained(
+                    record(model.history.history, time.perf_counter() - t0)
+                )
+            )
+        )
     callbacks = [
-        # The chief marks the run finished (TRAINED_FILE: export_finished) before the backup
-        # goes: a re-created chief then exports instead of training again.
         *marker,
         # Fault tolerance: a restarted replica resumes from the last finished epoch (the
         # backup is deleted when training ends).
@@ -830,7 +818,7 @@ def train(args: argparse.Namespace, task: TaskInfo, model_builder=None) -> dict:
         log.info("fit() returned %.2f s after training ended", teardown)
         history = record(hist.history, train_seconds, teardown)
         if chief:  # the marker again, with the final timings
-            write_history(ckpt / TRAINED_FILE, {"flags": flags, "history": history})
+            mark_trained(history)
         exported, saved = float32_copy(model, build, args, strategy), None
         # saving a distributed model takes every replica (collectives); a local float32 copy
         # only the chief, so the others skip a throwaway export
