@@ -138,6 +138,16 @@ for r in json.load(sys.stdin).get("Replace") or []:
 '
 }
 
+# The toolchain must be versions.env's GO_VERSION (go1.26 or go1.26.N): the tools are pinned
+# builds, and GOTOOLCHAIN=local means `go` never fetches another toolchain itself.
+check_go() {
+  local want have
+  want="$(versions_get GO_VERSION)"
+  have="$(go env GOVERSION)" || die "go env GOVERSION failed"
+  [[ "$have" == "go$want" || "$have" == "go$want".* ]] \
+    || die "Go $want is pinned (versions.env GO_VERSION); $(command -v go) is $have"
+}
+
 build_recipe() {
   local tool="$1" file="$RECIPES/$1.sh" entry ver dir
   entry="$(recipe_entry "$tool")"
@@ -147,6 +157,7 @@ build_recipe() {
     return 0
   fi
   command -v go >/dev/null || die "Go is required to build $tool (go.dev/dl); not found on PATH"
+  check_go
   mkdir -p "$CACHE"
   exec 9>"$CACHE/.lock-$tool"
   flock 9

