@@ -11,6 +11,7 @@
 #   scripts/tools.sh --bin-dir TOOL     print TOOL's bin directory (exit 1 if not built)
 #   scripts/tools.sh --bin NAME         print the path of binary NAME (exit 1 if not built)
 #   scripts/tools.sh --list             print "TOOL VERSION DIR STATE" for every recipe
+#   scripts/tools.sh --check-go         exit 1 unless `go` is versions.env's GO_VERSION
 #
 # Cache: ${FMNIST_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/fashion-mnist-gitops/tools}/
 #        <tool>-<version>-<first 10 hex of sha256(recipe file)>/bin/<binaries>
@@ -57,7 +58,9 @@ source "$ROOT/scripts/lib.sh" # pinned_version (its die and log are redefined be
 RECIPES="$ROOT/hack/tools"
 CACHE="${FMNIST_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/fashion-mnist-gitops/tools}"
 TIMEFORMAT='%R %U %S' # what `time` writes to build-time
-export GOTOOLCHAIN="${GOTOOLCHAIN:-local}" GOFLAGS="${GOFLAGS:--buildvcs=false}"
+# local, whatever the caller set: the pinned toolchain (check_go) builds every tool, and `go` never
+# switches to another one for a module that asks for a newer Go
+export GOTOOLCHAIN=local GOFLAGS="${GOFLAGS:--buildvcs=false}"
 
 die() { echo "tools.sh: $*" >&2; exit 1; }
 BUILD_TMP=""
@@ -138,14 +141,14 @@ for r in json.load(sys.stdin).get("Replace") or []:
 '
 }
 
-# The toolchain must be versions.env's GO_VERSION (go1.26 or go1.26.N): the tools are pinned
-# builds, and GOTOOLCHAIN=local means `go` never fetches another toolchain itself.
+# The toolchain must be versions.env's GO_VERSION (go1.26 or go1.26.N). Checked before a build
+# only: a cached tool needs no Go (its entry's go-version file names the Go that built it).
 check_go() {
   local want have
   want="$(versions_get GO_VERSION)"
-  have="$(go env GOVERSION)" || die "go env GOVERSION failed"
+  have="$(go env GOVERSION)" || die "go env GOVERSION failed ($(command -v go))"
   [[ "$have" == "go$want" || "$have" == "go$want".* ]] \
-    || die "Go $want is pinned (versions.env GO_VERSION); $(command -v go) is $have"
+    || die "Go $want is pinned (versions.env GO_VERSION); $(command -v go) is ${have:-(no version)}"
 }
 
 build_recipe() {
@@ -233,6 +236,7 @@ build_recipe() {
   fi
   local secs=$(( $(date +%s) - t0 )) user sys
   echo "$secs" > "$tmp/build-seconds"
+  go env GOVERSION > "$tmp/go-version"
   read -r _ user sys < "$tmp/build-time" || true
   touch "$tmp/bin/.complete"
   rm -rf "$dir"
@@ -271,8 +275,12 @@ case "${1:-}" in
       state=missing; [[ -f "$dir/bin/.complete" ]] && state=built
       echo "$t $ver $dir $state"
     done ;;
+  --check-go)
+    command -v go >/dev/null || die "Go is required (go.dev/dl); not found on PATH"
+    check_go
+    log "$(command -v go): $(go env GOVERSION), as pinned" ;;
   -h|--help)
-    echo "usage: scripts/tools.sh [TOOL...] | --bin NAME | --bin-dir TOOL | --list"
+    echo "usage: scripts/tools.sh [TOOL...] | --bin NAME | --bin-dir TOOL | --list | --check-go"
     sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' ;;
   -*) die "unknown option $1 (see --help)" ;;
   *)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -81,30 +82,63 @@ def test_pinned_version_fails_in_one_line(tmp_path):
     assert proc.stderr.startswith("error: argocd/install") and proc.stderr.count("\n") == 1
 
 
-@pytest.mark.parametrize("found, builds", [("go1.25.3", False), ("go1.260", False), ("", True)])
-def test_tools_are_built_with_the_pinned_go_only(tmp_path, found, builds):
-    """scripts/tools.sh stops before any build when `go` is another toolchain than versions.env's
-    GO_VERSION (one line that names both); the pinned one (``""``: GO_VERSION plus a patch
-    release) gets past the check to the module download (here a fake `go` that fails)."""
-    found = found or f"go{VERSIONS['GO_VERSION']}.7"
+def fake_go(tmp_path, version_line: str):
+    """A `go` that answers ``go env GOVERSION`` with ``version_line`` (a shell command) and fails
+    every other command with "fake go: ARGS"; returns the environment that puts it first on PATH,
+    with a temporary tools cache."""
     fake = tmp_path / "bin/go"
     fake.parent.mkdir()
     fake.write_text(
-        f'#!/bin/sh\nif [ "$*" = "env GOVERSION" ]; then echo {found}; exit 0; fi\n'
+        f'#!/bin/sh\nif [ "$*" = "env GOVERSION" ]; then {version_line}; fi\n'
         'echo "fake go: $*" >&2; exit 3\n'
     )
     fake.chmod(0o755)
-    env = {"PATH": f"{fake.parent}:/usr/bin:/bin", "FMNIST_TOOLS_CACHE": str(tmp_path / "cache")}
-    proc = subprocess.run(
-        [ROOT / "scripts/tools.sh", "kubeconform"], capture_output=True, text=True, env=env
+    return {"PATH": f"{fake.parent}:/usr/bin:/bin", "FMNIST_TOOLS_CACHE": str(tmp_path / "cache")}
+
+
+def tools_sh(*args, env):
+    return subprocess.run(
+        [ROOT / "scripts/tools.sh", *args], capture_output=True, text=True, env=env
     )
+
+
+@pytest.mark.parametrize("found, builds", [("go1.25.3", False), ("go1.260", False), ("", True)])
+def test_tools_are_built_with_the_pinned_go_only(tmp_path, found, builds):
+    """scripts/tools.sh stops before any build (nothing written to the cache) when `go` is another
+    toolchain than versions.env's GO_VERSION (one line that names both), and so does
+    `--check-go` (.ci/run's first check); the pinned one (``""``: GO_VERSION plus a patch
+    release) gets past the check to the module download (here a fake `go` that fails)."""
+    found = found or f"go{VERSIONS['GO_VERSION']}.7"
+    env = fake_go(tmp_path, f"echo {found}; exit 0")
+    proc = tools_sh("kubeconform", env=env)
+    check = tools_sh("--check-go", env=env)
     assert proc.returncode != 0  # the fake cannot build anything
     pinned_msg = f"Go {VERSIONS['GO_VERSION']} is pinned (versions.env GO_VERSION)"
     if builds:
         assert pinned_msg not in proc.stderr and "fake go: mod download" in proc.stderr
+        assert check.returncode == 0 and f"{found}, as pinned" in check.stderr
     else:
-        assert f"tools.sh: {pinned_msg}; {fake} is {found}\n" in proc.stderr
-        assert "fake go: mod" not in proc.stderr
+        line = f"tools.sh: {pinned_msg}; {tmp_path / 'bin/go'} is {found}\n"
+        assert line in proc.stderr and "fake go: mod" not in proc.stderr
+        assert not (tmp_path / "cache").exists()
+        assert check.returncode == 1 and check.stderr == line
+
+
+def test_a_cached_tool_needs_no_go(tmp_path):
+    """A tool already in the cache is not rebuilt, so neither a missing nor a broken `go` stops
+    it; an uncached one with a `go` whose ``go env`` fails stops with one line."""
+    env = fake_go(tmp_path, "exit 1")
+    listed = tools_sh("--list", env=env).stdout.split()
+    entry = Path(listed[listed.index("kubeconform") + 2])
+    (entry / "bin").mkdir(parents=True)
+    (entry / "bin/.complete").touch()
+    cached = tools_sh("kubeconform", env=env)
+    assert cached.returncode == 0 and "cached in" in cached.stderr
+    no_go = tools_sh("kubeconform", env={**env, "PATH": "/usr/bin:/bin"})
+    assert no_go.returncode == 0, no_go.stderr
+    broken = tools_sh("kwok", env=env)
+    assert broken.returncode == 1
+    assert broken.stderr.endswith(f"tools.sh: go env GOVERSION failed ({tmp_path / 'bin/go'})\n")
 
 
 def test_every_pinned_remote_is_used():
