@@ -143,12 +143,17 @@ for r in json.load(sys.stdin).get("Replace") or []:
 
 # The toolchain must be versions.env's GO_VERSION (go1.26 or go1.26.N). Checked before a build
 # only: a cached tool needs no Go (its entry's go-version file names the Go that built it).
+# Sets GO_FOUND (its GOVERSION) once per run; [TOOL] names what needs Go in the message.
+GO_FOUND=""
 check_go() {
-  local want have
+  [[ -z "$GO_FOUND" ]] || return 0
+  local want have go
+  go="$(command -v go)" || die "Go is required${1:+ to build $1} (go.dev/dl); not found on PATH"
   want="$(versions_get GO_VERSION)"
-  have="$(go env GOVERSION)" || die "go env GOVERSION failed ($(command -v go))"
+  have="$(go env GOVERSION)" || die "go env GOVERSION failed ($go)"
   [[ "$have" == "go$want" || "$have" == "go$want".* ]] \
-    || die "Go $want is pinned (versions.env GO_VERSION); $(command -v go) is ${have:-(no version)}"
+    || die "Go $want is pinned (versions.env GO_VERSION); $go is ${have:-(no version)}"
+  GO_FOUND="$have"
 }
 
 build_recipe() {
@@ -159,8 +164,7 @@ build_recipe() {
     log "$tool $ver: cached in $dir (nothing rebuilt)"
     return 0
   fi
-  command -v go >/dev/null || die "Go is required to build $tool (go.dev/dl); not found on PATH"
-  check_go
+  check_go "$tool"
   mkdir -p "$CACHE"
   exec 9>"$CACHE/.lock-$tool"
   flock 9
@@ -236,7 +240,7 @@ build_recipe() {
   fi
   local secs=$(( $(date +%s) - t0 )) user sys
   echo "$secs" > "$tmp/build-seconds"
-  go env GOVERSION > "$tmp/go-version"
+  echo "$GO_FOUND" > "$tmp/go-version"
   read -r _ user sys < "$tmp/build-time" || true
   touch "$tmp/bin/.complete"
   rm -rf "$dir"
@@ -276,9 +280,8 @@ case "${1:-}" in
       echo "$t $ver $dir $state"
     done ;;
   --check-go)
-    command -v go >/dev/null || die "Go is required (go.dev/dl); not found on PATH"
     check_go
-    log "$(command -v go): $(go env GOVERSION), as pinned" ;;
+    log "$(command -v go): $GO_FOUND, as pinned" ;;
   -h|--help)
     echo "usage: scripts/tools.sh [TOOL...] | --bin NAME | --bin-dir TOOL | --list | --check-go"
     sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' ;;
