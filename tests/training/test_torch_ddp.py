@@ -126,6 +126,9 @@ def test_two_ranks_train_and_only_rank_0_exports(first_run):
     state = torch.load(ckpt / "epoch-002.pt", weights_only=True)
     assert state["epoch"] == 2
     assert {"model", "optimizer", "scheduler"} <= set(state)
+    # the trainer keeps weights (and so activations) in channels_last, oneDNN's layout
+    conv = state["model"]["conv2.weight"]
+    assert conv.is_contiguous(memory_format=torch.channels_last) and not conv.is_contiguous()
 
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 

@@ -83,9 +83,17 @@ def test_torch_network_has_the_keras_layers_and_hyperparameters(torch_model):
     assert not torch.allclose(torch_model.conv1_bn.running_var, torch.ones(48), atol=1e-2)
 
 
-def test_ported_keras_model_gives_the_torch_logits(torch_model, images):
+@pytest.mark.parametrize("layout", ["contiguous", "channels_last"])
+def test_ported_keras_model_gives_the_torch_logits(torch_model, images, layout):
+    """Also for weights in the channels_last layout the trainer uses (strided tensors)."""
+    import copy
+
+    model = copy.deepcopy(torch_model)
+    if layout == "channels_last":
+        model = model.to(memory_format=torch.channels_last)
+        assert not model.conv2.weight.is_contiguous()  # really strided as NHWC
     want = _torch_logits(torch_model, images)
-    got = _keras_logits(to_keras(torch_model), images)
+    got = _keras_logits(to_keras(model), images)
     assert np.abs(got - want).max() <= PARITY_ATOL
     assert np.array_equal(got.argmax(1), want.argmax(1))
     assert np.abs(want).max() > 1.0  # logits of a trained model, not all near 0
