@@ -52,7 +52,7 @@ from fmnist_common.cli import options_argv, positive_int, run_cli
 from fmnist_pipeline.run import BUDGET_NAMES, budget_of, job_of, train_args
 from training.data import SPLIT_SIZES
 from training.launcher import JOBS, LaunchError, launch, thread_env
-from training.precision import cpu_description
+from training.precision import PRECISION_CHOICES, cpu_description
 from training.pytorchjob import make_dist_env
 from training.select import evaluate_candidate
 
@@ -361,8 +361,17 @@ def scaling_of_the_best(scaling: list[dict], best: dict[str, str]) -> list[dict]
     return kept
 
 
-def resumed(path: Path, budget: str) -> dict:
-    """The result in ``path`` to go on from: ``{"reference", "rows", "scaling", "meta"}``.
+def bench_budget(name: str, precision: str | None = None) -> dict:
+    """The budget the runs use: :func:`budget_of` ``name``, its precision replaced by
+    ``precision`` where one is given (``--precision``: the float32 recipe measured on a CPU
+    where the budget's ``auto`` would pick bfloat16)."""
+    budget = budget_of(name)
+    return {**budget, "precision": precision} if precision else budget
+
+
+def resumed(path: Path, budget: str, precision: str | None = None) -> dict:
+    """The result in ``path`` to go on from: ``{"reference", "rows", "scaling", "meta"}``;
+    ``precision``: ``--precision``, part of the budget compared (:func:`bench_budget`).
 
     Raises:
         ResumeError: ``path`` is not a results file of this benchmark (a missing field, or one of
@@ -401,7 +410,7 @@ def resumed(path: Path, budget: str) -> dict:
         raise ResumeError(f"cannot resume from {path}: not a results file ({err!r})") from err
     if budget_held != budget:
         raise ResumeError(f"cannot resume: {path} holds budget {budget_held!r}, not {budget!r}")
-    today = budget_of(budget)
+    today = bench_budget(budget, precision)
     held = meta.get("budget_params")  # absent in files written before it was recorded
     # a key that a file of an older version did not record is not compared
     if held is not None and held != {k: v for k, v in budget_meta(today).items() if k in held}:
@@ -462,6 +471,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="start a new table even where a results file of this budget exists (without "
         "--resume or --overwrite an existing file is refused, not replaced)",
     )
+    p.add_argument(
+        "--precision",
+        choices=PRECISION_CHOICES,
+        default=None,
+        help="the trainers' --precision in every run and scaling row (default: the budget's; "
+        "float32 measures the float32 recipe where auto would pick bfloat16)",
+    )
     p.add_argument("--data-dir", default=os.environ.get("TFDS_DATA_DIR"))
     p.add_argument("--results-dir", type=Path, default=RESULTS, help="default: bench/results")
     return p
@@ -502,7 +518,7 @@ def main(args: argparse.Namespace) -> int:
     stem = results_stem(args)
     result: dict = {"reference": None, "rows": [], "scaling": []}
     if args.resume:  # refused before minutes of loading and encoding
-        result = resumed(stem.with_suffix(".json"), args.budget)
+        result = resumed(stem.with_suffix(".json"), args.budget, args.precision)
         log.info("resuming %s: %d runs kept", stem.with_suffix(".json"), len(result["rows"]))
     elif stem.with_suffix(".json").exists() and not args.overwrite:
         raise ResumeError(
@@ -511,7 +527,7 @@ def main(args: argparse.Namespace) -> int:
         )
     images, labels = load_numpy("test", args.data_dir)
     encoded = encode_images(images, "jpeg")
-    budget = budget_of(args.budget)
+    budget = bench_budget(args.budget, args.precision)
     done = {(r["model_type"], r["seed"]) for r in result["rows"]}
     want_reference = args.reference and args.budget == "full"  # the full budget's yardstick
     if want_reference and result["reference"] is None:

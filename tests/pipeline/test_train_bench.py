@@ -245,6 +245,45 @@ def test_resume_compares_the_validation_examples_and_accepts_older_files(tmp_pat
         train_bench.resumed(path, "full")
 
 
+def test_precision_option_reaches_every_run_and_guards_resume(tmp_path, monkeypatch):
+    """``--precision float32`` replaces the budget's (``auto``) in every run and scaling row
+    and in the recorded budget, so a float32 table is not resumed as an ``auto`` one."""
+    budgets, scaled = [], []
+
+    def fake_bench_one(model_type, budget, seed, *a, reference=False):
+        budgets.append((model_type, seed, budget["precision"]))
+        row = {**_row(model_type, seed, 0.95, 310), "epochs": budget["epochs"]}
+        return {**row, "global_batch_size": 2 * budget["batch_size_per_replica"]}
+
+    def fake_scaling_row(model_type, batch, precision, data_dir):
+        scaled.append(precision)
+        return {
+            "model_type": model_type,
+            "batch_size_per_replica": batch,
+            "precision": precision,
+            "two_workers_images_per_second": 90,
+            "limit_images_per_second": 100,
+            "efficiency": 0.9,
+        }
+
+    monkeypatch.setattr(train_bench, "bench_one", fake_bench_one)
+    monkeypatch.setattr(train_bench, "scaling_row", fake_scaling_row)
+    monkeypatch.setattr(
+        "training.data.load_numpy", lambda split, d=None: (np.zeros((2, 28, 28, 1)), np.zeros(2))
+    )
+    monkeypatch.setattr("training.data.encode_images", lambda images, fmt: [b"", b""])
+    assert train_bench.budget_of("full")["precision"] == "auto"  # else this test proves nothing
+    argv = ["--model-types", "pytorch", "--seeds", "1", "--scaling-batches", "64"]
+    argv += ["--results-dir", str(tmp_path), "--precision", "float32"]
+    assert train_bench.main(train_bench.build_parser().parse_args(argv)) == 0
+    assert budgets[-1] == ("pytorch", 1, "float32") and scaled == ["float32"]
+    path = tmp_path / "train_bench-full.json"
+    assert json.loads(path.read_text())["meta"]["budget_params"]["precision"] == "float32"
+    assert train_bench.resumed(path, "full", "float32")["rows"]
+    with pytest.raises(train_bench.ResumeError, match="budget changed since"):
+        train_bench.resumed(path, "full")  # the budget's auto: another table
+
+
 def _summary(*variants: tuple[str, int, float]) -> list[dict]:
     return [{"model_type": m, "seeds": n, "accuracy_median": a} for m, n, a in variants]
 
