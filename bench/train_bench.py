@@ -413,6 +413,11 @@ def resumed(path: Path, budget: str, precision: str | None = None) -> dict:
     today = bench_budget(budget, precision)
     held = meta.get("budget_params")  # absent in files written before it was recorded
     # a key that a file of an older version did not record is not compared
+    if held is not None and held.get("precision", today["precision"]) != today["precision"]:
+        raise ResumeError(
+            f"cannot resume: {path} was measured with --precision {held['precision']}, this run "
+            f"has {today['precision']}; repeat --precision {held['precision']} to go on from it"
+        )
     if held is not None and held != {k: v for k, v in budget_meta(today).items() if k in held}:
         raise ResumeError(
             f"cannot resume: the {budget!r} budget changed since {path} was measured "
@@ -462,7 +467,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--resume",
         action="store_true",
-        help="go on from the results file of an earlier run (same budget and CPU): keep its "
+        help="go on from the results file of an earlier run (same budget, --precision and CPU): "
+        "keep its "
         "runs, measure only the missing ones",
     )
     p.add_argument(
@@ -484,8 +490,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def results_stem(args: argparse.Namespace) -> Path:
-    """``<results dir>/train_bench-<budget>``: the JSON and markdown files without suffix."""
-    return args.results_dir / f"train_bench-{args.budget}"
+    """``<results dir>/train_bench-<budget>``, ``-<precision>`` appended where ``--precision``
+    is given (a float32 table beside the budget's ``auto`` one, neither replacing the other):
+    the JSON and markdown files without suffix."""
+    suffix = f"-{args.precision}" if args.precision else ""
+    return args.results_dir / f"train_bench-{args.budget}{suffix}"
 
 
 def write(result: dict, args: argparse.Namespace, budget: dict, measured: bool = True) -> None:

@@ -277,10 +277,11 @@ def test_precision_option_reaches_every_run_and_guards_resume(tmp_path, monkeypa
     argv += ["--results-dir", str(tmp_path), "--precision", "float32"]
     assert train_bench.main(train_bench.build_parser().parse_args(argv)) == 0
     assert budgets[-1] == ("pytorch", 1, "float32") and scaled == ["float32"]
-    path = tmp_path / "train_bench-full.json"
+    assert not (tmp_path / "train_bench-full.json").exists()  # the auto table's name is free
+    path = tmp_path / "train_bench-full-float32.json"
     assert json.loads(path.read_text())["meta"]["budget_params"]["precision"] == "float32"
     assert train_bench.resumed(path, "full", "float32")["rows"]
-    with pytest.raises(train_bench.ResumeError, match="budget changed since"):
+    with pytest.raises(train_bench.ResumeError, match="repeat --precision float32"):
         train_bench.resumed(path, "full")  # the budget's auto: another table
 
 
