@@ -25,11 +25,13 @@ differ by up to 3x in speed; only ratios are targets):
   processes' images/s together (the field ``two_workers_images_per_second`` counts both
   replicas, Master and Worker for PyTorch).
 
-Writes ``bench/results/train_bench-<budget>.json`` and a markdown table beside it after every
+Writes ``bench/results/train_bench-<budget>.json`` (``train_bench-<budget>-<precision>.json``
+where ``--precision`` differs from the budget's) and a markdown table beside it after every
 run. Timings are reported, never asserted. ``--resume`` goes on from that file (same budget,
-same CPU model and flags, else it refuses): the runs it holds are kept, not repeated, so a table
-of several hours can be measured in parts (each part's dates are recorded); without
-``--resume`` an existing file is refused unless ``--overwrite`` says to start a new table.
+precision, CPU model and flags, else it refuses): the runs it holds are kept, not repeated,
+so a table of several hours can be measured in parts (each part's dates are recorded);
+without ``--resume`` an existing file is refused unless ``--overwrite`` says to start a new
+table.
 """
 
 from __future__ import annotations
@@ -414,9 +416,12 @@ def resumed(path: Path, budget: str, precision: str | None = None) -> dict:
     held = meta.get("budget_params")  # absent in files written before it was recorded
     # a key that a file of an older version did not record is not compared
     if held is not None and held.get("precision", today["precision"]) != today["precision"]:
+        was = held["precision"]
+        home = stem_for(path.parent, budget, was).with_suffix(".json")
+        hint = "" if home == path else f"move it to {home.name} and "
         raise ResumeError(
-            f"cannot resume: {path} was measured with --precision {held['precision']}, this run "
-            f"has {today['precision']}; repeat --precision {held['precision']} to go on from it"
+            f"cannot resume: {path} was measured with --precision {was}, this run has "
+            f"{today['precision']}; {hint}repeat --precision {was} to go on from it"
         )
     if held is not None and held != {k: v for k, v in budget_meta(today).items() if k in held}:
         raise ResumeError(
@@ -490,11 +495,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def results_stem(args: argparse.Namespace) -> Path:
-    """``<results dir>/train_bench-<budget>``, ``-<precision>`` appended where ``--precision``
-    is given (a float32 table beside the budget's ``auto`` one, neither replacing the other):
-    the JSON and markdown files without suffix."""
-    suffix = f"-{args.precision}" if args.precision else ""
-    return args.results_dir / f"train_bench-{args.budget}{suffix}"
+    """The JSON and markdown files without suffix: :func:`stem_for` the options."""
+    return stem_for(args.results_dir, args.budget, args.precision)
+
+
+def stem_for(results_dir: Path, budget: str, precision: str | None) -> Path:
+    """``<results dir>/train_bench-<budget>``, ``-<precision>`` appended where ``precision``
+    differs from the budget's own (a float32 table beside the budget's ``auto`` one, neither
+    replacing the other)."""
+    other = precision and precision != budget_of(budget)["precision"]
+    return results_dir / f"train_bench-{budget}{f'-{precision}' if other else ''}"
 
 
 def write(result: dict, args: argparse.Namespace, budget: dict, measured: bool = True) -> None:

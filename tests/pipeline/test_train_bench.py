@@ -281,8 +281,16 @@ def test_precision_option_reaches_every_run_and_guards_resume(tmp_path, monkeypa
     path = tmp_path / "train_bench-full-float32.json"
     assert json.loads(path.read_text())["meta"]["budget_params"]["precision"] == "float32"
     assert train_bench.resumed(path, "full", "float32")["rows"]
-    with pytest.raises(train_bench.ResumeError, match="repeat --precision float32"):
+    with pytest.raises(train_bench.ResumeError, match="; repeat --precision float32"):
         train_bench.resumed(path, "full")  # the budget's auto: another table
+    # a float32 table under the auto table's name: the message says where it resumes from
+    misplaced = tmp_path / "train_bench-full.json"
+    misplaced.write_text(path.read_text())
+    with pytest.raises(train_bench.ResumeError, match="move it to train_bench-full-float32.json"):
+        train_bench.resumed(misplaced, "full")
+    # the budget's own precision, named: the budget's file, not a second table
+    args = train_bench.build_parser().parse_args(["--precision", "auto"])
+    assert train_bench.results_stem(args).name == "train_bench-full"
 
 
 def _summary(*variants: tuple[str, int, float]) -> list[dict]:
