@@ -377,9 +377,10 @@ def train(args: argparse.Namespace, env: DistEnv) -> dict:
 
     # channels_last (NHWC) weights and activations: oneDNN's convolutions work in that layout,
     # so the NCHW default pays a reorder of every activation and gradient on each step
-    # (aten::copy_, 19 % of a CPU step's time); in NHWC a step at 512 per replica took 0.68x
-    # the time (bench/README.md). Only the layout changes: shapes, state_dict keys and values,
-    # checkpoints and the export are the same.
+    # (aten::copy_, 19 % of a profiled CPU step); measured at 512 per replica: +8 % images/s
+    # with 2 replicas, +18 % per process (bench/README.md). Only the layout changes: shapes,
+    # state_dict keys, checkpoints and the export's graph are the same (values differ from an
+    # NCHW run in the last bits: other kernels sum in another order).
     model = build_torch_model(args.seed).to(device, memory_format=torch.channels_last)
     optimizer = torch.optim.Adam(model.parameters(), lr=args.learning_rate, eps=1e-7)  # Keras'
     scheduler = torch.optim.lr_scheduler.LambdaLR(
