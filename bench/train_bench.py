@@ -473,8 +473,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--resume",
         action="store_true",
         help="go on from the results file of an earlier run (same budget, --precision and CPU): "
-        "keep its "
-        "runs, measure only the missing ones",
+        "keep its runs, measure only the missing ones",
     )
     p.add_argument(
         "--overwrite",
