@@ -66,6 +66,9 @@ SCALING_EPOCHS = 3  # the first epoch traces and sets up the ring; the others ar
 # that per-epoch costs stay small against the steps at every batch, at most the training split
 # (which is 58 steps of 512 per replica).
 SCALING_MIN_EXAMPLES, SCALING_MIN_STEPS = 20_480, 60
+# 2-replica/limit pairs per scaling row (--scaling-repeats): one pair's efficiency varied by
+# up to 10 points on an idle machine (bench/README.md, 2026-12-04), the median of 3 is the row's
+SCALING_REPEATS = 3
 
 
 def history_of(saved: Path) -> dict:
@@ -134,10 +137,50 @@ def bench_one(model_type, budget, seed, data_dir, encoded, labels, reference=Fal
     }
 
 
-def scaling_row(model_type: str, batch: int, precision: str, data_dir: str | None) -> dict:
-    """2-replica throughput at ``batch`` per replica against the no-communication limit.
+def scaling_row(
+    model_type: str,
+    batch: int,
+    precision: str,
+    data_dir: str | None,
+    repeats: int = SCALING_REPEATS,
+) -> dict:
+    """2-replica throughput at ``batch`` per replica against the no-communication limit,
+    measured ``repeats`` times (:func:`scaling_pair`), each 2-replica run followed at once by
+    its limit run, so that slow drifts of the machine (seen: the same 2-replica run at 4,131 and
+    4,999 images/s minutes apart) fall alike on both halves of a pair.
 
-    Both measurements train ``model_type`` with its job's trainer (:func:`job_of`: the TFJob's
+    Returns:
+        The row: the medians of the 2-replica and of the limit images/s, ``efficiency`` the
+        median of the pairs' ratios (so not always the ratio of the two medians), ``repeats``,
+        and every pair's values (``two_workers_runs``, ``limit_runs``, ``efficiency_runs``).
+
+    Raises:
+        LaunchError: a replica failed.
+    """
+    pairs = [scaling_pair(model_type, batch, precision, data_dir) for _ in range(repeats)]
+    two, limit = [p[0] for p in pairs], [p[1] for p in pairs]
+    ratios = [t / lim for t, lim in zip(two, limit, strict=True)]
+    return {
+        "model_type": model_type,
+        "batch_size_per_replica": batch,
+        "precision": pairs[0][2],  # as the trainer resolved it (--precision auto)
+        "two_workers_images_per_second": round(statistics.median(two)),
+        "limit_images_per_second": round(statistics.median(limit)),
+        "efficiency": round(statistics.median(ratios), 3),
+        "repeats": repeats,
+        "two_workers_runs": [round(t) for t in two],
+        "limit_runs": [round(lim) for lim in limit],
+        "efficiency_runs": [round(r, 3) for r in ratios],
+    }
+
+
+def scaling_pair(
+    model_type: str, batch: int, precision: str, data_dir: str | None
+) -> tuple[float, float, str]:
+    """One 2-replica run and its no-communication limit: ``(2-replica images/s, limit
+    images/s, the precision the trainer resolved)``.
+
+    Both train ``model_type`` with its job's trainer (:func:`job_of`: the TFJob's
     ``training.train``, the PyTorchJob's ``training.torch_train``) for :data:`SCALING_EPOCHS`
     epochs (no validation) of :data:`SCALING_MIN_EXAMPLES` images or :data:`SCALING_MIN_STEPS`
     steps, whichever is more (at most the training split), and report the median images/s of
@@ -196,14 +239,7 @@ def scaling_row(model_type: str, batch: int, precision: str, data_dir: str | Non
         limit = sum(
             steady_ips(history_of(work / f"p{i}" / "candidates" / model_type)) for i in range(2)
         )
-    return {
-        "model_type": model_type,
-        "batch_size_per_replica": batch,
-        "precision": resolved,
-        "two_workers_images_per_second": round(two_replicas),
-        "limit_images_per_second": round(limit),
-        "efficiency": round(two_replicas / limit, 3),
-    }
+    return two_replicas, limit, resolved
 
 
 def summarize(rows: list[dict], reference: dict | None) -> list[dict]:
@@ -264,14 +300,16 @@ def to_markdown(result: dict) -> str:
         lines += [
             "",
             "| model | per-replica batch | precision | 2 replicas img/s | limit img/s "
-            "| efficiency |",
+            "| efficiency (pairs: min-max) |",
             "|---|---|---|---|---|---|",
         ]
         for s in result["scaling"]:
+            runs = s.get("efficiency_runs") or []  # rows measured before 2026-12-04: one pair
+            spread = f" ({len(runs)}: {min(runs):.0%}-{max(runs):.0%})" if len(runs) > 1 else ""
             lines.append(
                 f"| {s['model_type']} | {s['batch_size_per_replica']} | {s['precision']} | "
                 f"{s['two_workers_images_per_second']} | {s['limit_images_per_second']} | "
-                f"{s['efficiency']:.0%} |"
+                f"{s['efficiency']:.0%}{spread} |"
             )
     meta, cpu = result["meta"], result["meta"]["cpu"]
     lines += [
@@ -324,6 +362,21 @@ def _check_fields(row: object, fields: dict, what: str) -> None:
             raise ValueError(f"{what} has no valid {key!r}: {value!r}")
 
 
+def _check_pairs(row: dict) -> None:
+    """Raise ValueError unless a scaling row's optional pairs (``repeats``, measured since
+    2026-12-04) are a positive count with that many numbers in ``efficiency_runs``."""
+    if "repeats" not in row and "efficiency_runs" not in row:
+        return  # one pair, before --scaling-repeats
+    n, runs = row.get("repeats"), row.get("efficiency_runs")
+    good = isinstance(n, int) and not isinstance(n, bool) and n > 0 and isinstance(runs, list)
+    if not (good and len(runs) == n and all(_is_number(r) for r in runs)):
+        raise ValueError(f"a scaling row has no valid pairs: repeats {n!r}, runs {runs!r}")
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 BUDGET_KEYS = (
     "epochs",
     "train_examples",
@@ -363,6 +416,16 @@ def scaling_of_the_best(scaling: list[dict], best: dict[str, str]) -> list[dict]
     return kept
 
 
+def replace_scaling_row(scaling: list[dict], row: dict) -> list[dict]:
+    """``scaling`` with ``row`` in the place of the row of its model type and batch, or at the
+    end where there is none."""
+    key = (row["model_type"], row["batch_size_per_replica"])
+    same = [(s["model_type"], s["batch_size_per_replica"]) == key for s in scaling]
+    if not any(same):
+        return [*scaling, row]
+    return [row if hit else s for s, hit in zip(scaling, same, strict=True)]
+
+
 def bench_budget(name: str, precision: str | None = None) -> dict:
     """The budget the runs use: :func:`budget_of` ``name``, its precision replaced by
     ``precision`` where one is given (``--precision``: the float32 recipe measured on a CPU
@@ -399,6 +462,7 @@ def resumed(path: Path, budget: str, precision: str | None = None) -> dict:
             _check_fields(row, RUN_FIELDS, "a run")
         for row in result["scaling"]:
             _check_fields(row, SCALING_FIELDS, "a scaling row")
+            _check_pairs(row)
         for row in result["rows"] + result["scaling"]:
             if row["model_type"] not in CANDIDATES:
                 raise ValueError(f"unknown model type {row['model_type']!r}")
@@ -468,6 +532,13 @@ def build_parser() -> argparse.ArgumentParser:
         type=positive_int,
         default=None,
         help="per-replica batches for the efficiency section (default: 64 and every budget's)",
+    )
+    p.add_argument(
+        "--scaling-repeats",
+        type=positive_int,
+        default=SCALING_REPEATS,
+        help="2-replica/limit pairs per efficiency row, the row giving their median (with "
+        "--resume, a kept row of fewer pairs is measured again)",
     )
     p.add_argument(
         "--resume",
@@ -573,13 +644,20 @@ def main(args: argparse.Namespace) -> int:
         if kept != result["scaling"]:
             result["scaling"] = kept
             write(result, args, budget, measured=False)
-        scaled = {(s["model_type"], s["batch_size_per_replica"]) for s in result["scaling"]}
+        # a resumed row of fewer pairs than --scaling-repeats is measured again, and replaced
+        scaled = {
+            (s["model_type"], s["batch_size_per_replica"])
+            for s in result["scaling"]
+            if s.get("repeats", 1) >= args.scaling_repeats
+        }
         for best in best_of.values():
             for batch in batches:
                 if (best, batch) in scaled:
                     continue
-                row = scaling_row(best, batch, budget["precision"], args.data_dir)
-                result["scaling"].append(row)
+                row = scaling_row(
+                    best, batch, budget["precision"], args.data_dir, args.scaling_repeats
+                )
+                result["scaling"] = replace_scaling_row(result["scaling"], row)
                 log.info("%s", json.dumps(row))
                 write(result, args, budget)
     print(to_markdown(result))

@@ -199,6 +199,10 @@ def test_resume_refuses_another_budget_or_cpu(tmp_path, budget, cpu, message):
         lambda r: {**r, "meta": {**r["meta"], "dates": "2026-12-01"}},
         lambda r: {**r, "rows": {}},
         lambda r: {**r, "scaling": None},
+        lambda r: {**r, "scaling": [{**_scaling("batch_norm", 64), "repeats": 0}]},
+        lambda r: {**r, "scaling": [{**_scaling("batch_norm", 64), "efficiency_runs": [0.9]}]},
+        lambda r: {**r, "scaling": [{**_scaling("batch_norm", 64, 0.8, 0.9), "repeats": 3}]},
+        lambda r: {**r, "scaling": [{**_scaling("batch_norm", 64, 0.8, "0.9"), "repeats": 2}]},
         lambda r: [],
     ],
 )
@@ -255,7 +259,7 @@ def test_precision_option_reaches_every_run_and_guards_resume(tmp_path, monkeypa
         row = {**_row(model_type, seed, 0.95, 310), "epochs": budget["epochs"]}
         return {**row, "global_batch_size": 2 * budget["batch_size_per_replica"]}
 
-    def fake_scaling_row(model_type, batch, precision, data_dir):
+    def fake_scaling_row(model_type, batch, precision, data_dir, repeats):
         scaled.append(precision)
         return {
             "model_type": model_type,
@@ -317,3 +321,70 @@ def test_a_former_best_loses_its_scaling_rows(caplog):
     assert [s["model_type"] for s in kept] == ["cnn", "pytorch"]
     assert "scaling rows of batch_norm dropped" in caplog.text
     assert train_bench.scaling_of_the_best(kept, best) == kept
+
+
+def _scaling(model_type: str, batch: int, *runs) -> dict:
+    """A scaling row; ``runs``: its pairs' efficiencies (none: a row of one pair, as before
+    --scaling-repeats)."""
+    row = {
+        "model_type": model_type,
+        "batch_size_per_replica": batch,
+        "precision": "float32",
+        "two_workers_images_per_second": 90,
+        "limit_images_per_second": 100,
+        "efficiency": 0.9,
+    }
+    return {**row, "repeats": len(runs), "efficiency_runs": list(runs)} if runs else row
+
+
+def test_a_scaling_row_is_the_median_of_its_pairs(monkeypatch):
+    """Each pair is a 2-replica run and its limit; the row's efficiency is the median of the
+    pairs' ratios (here 0.8), not the ratio of the medians (90 / 110)."""
+    pairs = iter([(80.0, 100.0, "float32"), (90.0, 200.0, "float32"), (95.0, 110.0, "float32")])
+    calls = []
+
+    def fake_pair(model_type, batch, precision, data_dir):
+        calls.append((model_type, batch, precision))
+        return next(pairs)
+
+    monkeypatch.setattr(train_bench, "scaling_pair", fake_pair)
+    row = train_bench.scaling_row("batch_norm", 512, "auto", None, repeats=3)
+    assert calls == [("batch_norm", 512, "auto")] * 3
+    assert (row["two_workers_images_per_second"], row["limit_images_per_second"]) == (90, 110)
+    assert row["efficiency"] == 0.8 and row["efficiency_runs"] == [0.8, 0.45, 0.864]
+    assert (row["repeats"], row["two_workers_runs"]) == (3, [80, 90, 95])
+    assert row["limit_runs"] == [100, 200, 110]
+    result = {"rows": [], "summary": [], "scaling": [row], "reference": None}
+    result["meta"] = {"cpu": {"model": "x", "cores": 2, "flags": [], "native_bfloat16": False}}
+    result["meta"] |= {"date": "2026-12-04", "budget": "full"}
+    md = train_bench.to_markdown(result)
+    assert "| batch_norm | 512 | float32 | 90 | 110 | 80% (3: 45%-86%) |" in md
+
+
+def test_resume_measures_again_the_scaling_rows_of_fewer_pairs(tmp_path, monkeypatch):
+    """A kept row of one pair (a table from before --scaling-repeats) is measured again and
+    replaced where it stood; a row of enough pairs is kept."""
+    path = _saved(tmp_path)
+    saved = json.loads(path.read_text())
+    saved["scaling"] = [_scaling("batch_norm", 64), _scaling("batch_norm", 512, 0.8, 0.9)]
+    path.write_text(json.dumps(saved))
+    measured = []
+
+    def fake_scaling_row(model_type, batch, precision, data_dir, repeats):
+        measured.append((model_type, batch, repeats))
+        return {**_scaling(model_type, batch, *[0.7] * repeats), "efficiency": 0.7}
+
+    monkeypatch.setattr(train_bench, "scaling_row", fake_scaling_row)
+    monkeypatch.setattr(
+        "training.data.load_numpy", lambda split, d=None: (np.zeros((2, 28, 28, 1)), np.zeros(2))
+    )
+    monkeypatch.setattr("training.data.encode_images", lambda images, fmt: [b"", b""])
+    argv = ["--model-types", "batch_norm", "--seeds", "1", "--scaling-batches", "64", "512"]
+    argv += ["--results-dir", str(tmp_path), "--resume", "--scaling-repeats", "2"]
+    assert train_bench.main(train_bench.build_parser().parse_args(argv)) == 0
+    assert measured == [("batch_norm", 64, 2)]
+    scaling = json.loads(path.read_text())["scaling"]
+    assert [(s["batch_size_per_replica"], s["efficiency"]) for s in scaling] == [
+        (64, 0.7),
+        (512, 0.9),
+    ]
