@@ -39,6 +39,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import os
 import statistics
 import subprocess
@@ -66,8 +67,9 @@ SCALING_EPOCHS = 3  # the first epoch traces and sets up the ring; the others ar
 # that per-epoch costs stay small against the steps at every batch, at most the training split
 # (which is 58 steps of 512 per replica).
 SCALING_MIN_EXAMPLES, SCALING_MIN_STEPS = 20_480, 60
-# 2-replica/limit pairs per scaling row (--scaling-repeats): one pair's efficiency varied by
-# up to 10 points on an idle machine (bench/README.md, 2026-12-04), the median of 3 is the row's
+# 2-replica/limit pairs per scaling row (--scaling-repeats): on an idle machine the pairs of
+# one row differed by up to 14 points (2026-12-04 table, bench/README.md); the row gives the
+# median of its pairs
 SCALING_REPEATS = 3
 
 
@@ -155,8 +157,11 @@ def scaling_row(
         and every pair's values (``two_workers_runs``, ``limit_runs``, ``efficiency_runs``).
 
     Raises:
-        LaunchError: a replica failed.
+        ValueError: ``repeats`` is below 1.
+        LaunchError: a replica failed, or a run reported no images/s.
     """
+    if repeats < 1:
+        raise ValueError(f"repeats must be at least 1, not {repeats}")
     pairs = [scaling_pair(model_type, batch, precision, data_dir) for _ in range(repeats)]
     two, limit = [p[0] for p in pairs], [p[1] for p in pairs]
     ratios = [t / lim for t, lim in zip(two, limit, strict=True)]
@@ -239,6 +244,8 @@ def scaling_pair(
         limit = sum(
             steady_ips(history_of(work / f"p{i}" / "candidates" / model_type)) for i in range(2)
         )
+    if not (two_replicas > 0 and limit > 0):
+        raise LaunchError(f"no images/s measured: {two_replicas} with 2 replicas, limit {limit}")
     return two_replicas, limit, resolved
 
 
@@ -362,19 +369,31 @@ def _check_fields(row: object, fields: dict, what: str) -> None:
             raise ValueError(f"{what} has no valid {key!r}: {value!r}")
 
 
+PAIR_FIELDS = ("two_workers_runs", "limit_runs", "efficiency_runs")
+
+
 def _check_pairs(row: dict) -> None:
-    """Raise ValueError unless a scaling row's optional pairs (``repeats``, measured since
-    2026-12-04) are a positive count with that many numbers in ``efficiency_runs``."""
-    if "repeats" not in row and "efficiency_runs" not in row:
+    """Raise ValueError unless a scaling row's images/s and efficiency are finite and positive
+    and its optional pairs (measured since 2026-12-04) are consistent: ``repeats`` a positive
+    count, each of :data:`PAIR_FIELDS` a list of that many finite positive numbers."""
+    for key in ("two_workers_images_per_second", "limit_images_per_second", "efficiency"):
+        if not _positive(row[key]):
+            raise ValueError(f"a scaling row's {key} is not a positive number: {row[key]!r}")
+    if "repeats" not in row and not any(key in row for key in PAIR_FIELDS):
         return  # one pair, before --scaling-repeats
-    n, runs = row.get("repeats"), row.get("efficiency_runs")
-    good = isinstance(n, int) and not isinstance(n, bool) and n > 0 and isinstance(runs, list)
-    if not (good and len(runs) == n and all(_is_number(r) for r in runs)):
-        raise ValueError(f"a scaling row has no valid pairs: repeats {n!r}, runs {runs!r}")
+    n = row.get("repeats")
+    if not (isinstance(n, int) and not isinstance(n, bool) and n > 0):
+        raise ValueError(f"a scaling row has no valid repeats: {n!r}")
+    for key in PAIR_FIELDS:
+        runs = row.get(key)
+        if not (isinstance(runs, list) and len(runs) == n and all(map(_positive, runs))):
+            raise ValueError(f"a scaling row of {n} pairs has no valid {key}: {runs!r}")
 
 
-def _is_number(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+def _positive(value: object) -> bool:
+    """A finite number above 0 (``bool`` is not taken for a number)."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    return ok and math.isfinite(value) and value > 0
 
 
 BUDGET_KEYS = (
@@ -441,7 +460,9 @@ def resumed(path: Path, budget: str, precision: str | None = None) -> dict:
     Raises:
         ResumeError: ``path`` is not a results file of this benchmark (a missing field, or one of
             the wrong type, in any run: :data:`RUN_FIELDS`, :data:`SCALING_FIELDS`; a model type
-            that is not a candidate; a reference wall time that is not positive), or it was
+            that is not a candidate; a reference wall time that is not positive; a scaling
+            row's numbers or pairs not as :func:`_check_pairs` wants them; two scaling rows of
+            one model and batch), or it was
             measured under another budget (its name, its recorded parameters, or a run's epochs
             and global batch differ from today's :func:`budget_of`) or on another CPU (model
             name, cores or vector flags differ from
@@ -466,6 +487,9 @@ def resumed(path: Path, budget: str, precision: str | None = None) -> dict:
         for row in result["rows"] + result["scaling"]:
             if row["model_type"] not in CANDIDATES:
                 raise ValueError(f"unknown model type {row['model_type']!r}")
+        keys = [(s["model_type"], s["batch_size_per_replica"]) for s in result["scaling"]]
+        if len(set(keys)) != len(keys):
+            raise ValueError(f"two scaling rows of one model and batch: {keys}")
         # runs of a file written before --resume existed keep their date
         dates = meta.get("dates") or [meta["date"]]
         if not (isinstance(dates, list) and all(isinstance(d, str) for d in dates)):
@@ -538,7 +562,8 @@ def build_parser() -> argparse.ArgumentParser:
         type=positive_int,
         default=SCALING_REPEATS,
         help="2-replica/limit pairs per efficiency row, the row giving their median (with "
-        "--resume, a kept row of fewer pairs is measured again)",
+        "--resume, a kept row of fewer pairs, of a variant and batch measured today, is measured "
+        "again)",
     )
     p.add_argument(
         "--resume",

@@ -203,6 +203,13 @@ def test_resume_refuses_another_budget_or_cpu(tmp_path, budget, cpu, message):
         lambda r: {**r, "scaling": [{**_scaling("batch_norm", 64), "efficiency_runs": [0.9]}]},
         lambda r: {**r, "scaling": [{**_scaling("batch_norm", 64, 0.8, 0.9), "repeats": 3}]},
         lambda r: {**r, "scaling": [{**_scaling("batch_norm", 64, 0.8, "0.9"), "repeats": 2}]},
+        lambda r: {**r, "scaling": [{**_scaling("batch_norm", 64, 0.8, 0.9), "limit_runs": None}]},
+        lambda r: {**r, "scaling": [{**_scaling("batch_norm", 64, 0.8, 0.9), "limit_runs": [1]}]},
+        lambda r: {**r, "scaling": [{**_scaling("batch_norm", 64, 0.8, float("nan"))}]},
+        lambda r: {**r, "scaling": [{**_scaling("batch_norm", 64), "efficiency": float("inf")}]},
+        lambda r: {**r, "scaling": [{**_scaling("batch_norm", 64), "limit_images_per_second": 0}]},
+        lambda r: {**r, "scaling": [{**_scaling("batch_norm", 64), "two_workers_runs": [90]}]},
+        lambda r: {**r, "scaling": [_scaling("batch_norm", 64), _scaling("batch_norm", 64)]},
         lambda r: [],
     ],
 )
@@ -325,7 +332,7 @@ def test_a_former_best_loses_its_scaling_rows(caplog):
 
 def _scaling(model_type: str, batch: int, *runs) -> dict:
     """A scaling row; ``runs``: its pairs' efficiencies (none: a row of one pair, as before
-    --scaling-repeats)."""
+    --scaling-repeats), each pair of 90 images/s with 2 replicas."""
     row = {
         "model_type": model_type,
         "batch_size_per_replica": batch,
@@ -334,7 +341,11 @@ def _scaling(model_type: str, batch: int, *runs) -> dict:
         "limit_images_per_second": 100,
         "efficiency": 0.9,
     }
-    return {**row, "repeats": len(runs), "efficiency_runs": list(runs)} if runs else row
+    if not runs:
+        return row
+    pairs = {"two_workers_runs": [90] * len(runs), "efficiency_runs": list(runs)}
+    pairs["limit_runs"] = [90 / r if isinstance(r, float) and r > 0 else 100 for r in runs]
+    return {**row, "repeats": len(runs), **pairs}
 
 
 def test_a_scaling_row_is_the_median_of_its_pairs(monkeypatch):
@@ -348,6 +359,8 @@ def test_a_scaling_row_is_the_median_of_its_pairs(monkeypatch):
         return next(pairs)
 
     monkeypatch.setattr(train_bench, "scaling_pair", fake_pair)
+    with pytest.raises(ValueError, match="repeats must be at least 1"):
+        train_bench.scaling_row("batch_norm", 512, "auto", None, repeats=0)
     row = train_bench.scaling_row("batch_norm", 512, "auto", None, repeats=3)
     assert calls == [("batch_norm", 512, "auto")] * 3
     assert (row["two_workers_images_per_second"], row["limit_images_per_second"]) == (90, 110)
