@@ -606,17 +606,22 @@ def write(result: dict, args: argparse.Namespace, budget: dict, measured: bool =
     """Write the result so far (JSON and markdown): a failure late in an hour-long run keeps
     the rows measured before it. ``budget``: the budget the runs used (:func:`budget_of`,
     recorded as ``meta.budget_params``); ``measured``: a run was just added (today joins the
-    dates)."""
+    dates and becomes ``meta.date``, with the load average now; a write that measured nothing
+    keeps both from the result's meta)."""
     result["summary"] = summarize(result["rows"], result["reference"])
     today = time.strftime("%Y-%m-%d")
-    dates = {*result.get("meta", {}).get("dates", []), *([today] if measured else [])}
+    before = result.get("meta", {})
+    dates = {*before.get("dates", []), *([today] if measured else [])}
+    # the date and load of the last measurement: a write that measured nothing keeps them
+    last = {"date": today, "load_average_1m": round(os.getloadavg()[0], 2)}
+    if not measured and "date" in before:
+        last = {key: before.get(key) for key in last}
     result["meta"] = {
         "cpu": cpu_description(),  # model name, cores, the vector flags TF dispatches on
-        "date": today,
+        **last,
         "dates": sorted(dates or {today}),  # the days its runs were measured on (--resume)
         "budget": args.budget,
         "budget_params": budget_meta(budget),  # --resume compares them
-        "load_average_1m": round(os.getloadavg()[0], 2),
     }
     args.results_dir.mkdir(parents=True, exist_ok=True)
     stem = results_stem(args)

@@ -401,3 +401,24 @@ def test_resume_measures_again_the_scaling_rows_of_fewer_pairs(tmp_path, monkeyp
         (64, 0.7),
         (512, 0.9),
     ]
+
+
+def test_a_write_that_measured_nothing_keeps_the_date_and_load(tmp_path):
+    """Only a measurement dates the table: writing a resumed table again (the summary, a
+    dropped scaling row) keeps its meta.date and load average; a new run sets today's."""
+    path = _saved(tmp_path)
+    result = train_bench.resumed(path, "full")
+    result["meta"]["load_average_1m"] = 9.99
+    args = train_bench.build_parser().parse_args(["--results-dir", str(tmp_path)])
+    budget = train_bench.budget_of("full")
+    train_bench.write(result, args, budget, measured=False)
+    meta = json.loads(path.read_text())["meta"]
+    assert (meta["date"], meta["load_average_1m"], meta["dates"]) == (
+        "2026-12-01",
+        9.99,
+        ["2026-12-01"],
+    )
+    train_bench.write(result, args, budget)
+    meta = json.loads(path.read_text())["meta"]
+    assert meta["date"] != "2026-12-01" and meta["load_average_1m"] != 9.99
+    assert meta["dates"] == ["2026-12-01", meta["date"]]
