@@ -311,7 +311,7 @@ def to_markdown(result: dict) -> str:
             "|---|---|---|---|---|---|",
         ]
         for s in result["scaling"]:
-            runs = s.get("efficiency_runs") or []  # rows measured before 2026-12-04: one pair
+            runs = s.get("efficiency_runs") or []  # rows measured before 2026-12-04 13:35: one pair
             spread = f" ({len(runs)}: {min(runs):.0%}-{max(runs):.0%})" if len(runs) > 1 else ""
             lines.append(
                 f"| {s['model_type']} | {s['batch_size_per_replica']} | {s['precision']} | "
@@ -562,8 +562,8 @@ def build_parser() -> argparse.ArgumentParser:
         type=positive_int,
         default=SCALING_REPEATS,
         help="2-replica/limit pairs per efficiency row, the row giving their median (with "
-        "--resume, a kept row of fewer pairs, of a variant and batch measured today, is measured "
-        "again)",
+        "--resume, a kept row of fewer pairs, of the variants and batches this run measures, is "
+        "measured again)",
     )
     p.add_argument(
         "--resume",
