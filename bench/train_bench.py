@@ -21,9 +21,10 @@ differ by up to 3x in speed; only ratios are targets):
 * ``scaling``: for each per-replica batch, 2-replica throughput against its no-communication
   limit, for the best TensorFlow variant and for the PyTorch one where benched: the same model
   and batch as 2 independent 1-replica jobs (no collective) with the launcher's threads per
-  replica (1 each on 2 cores), at the same time; ``efficiency`` = 2-replica images/s / the two
-  processes' images/s together (the field ``two_workers_images_per_second`` counts both
-  replicas, Master and Worker for PyTorch).
+  replica (1 each on 2 cores), at the same time; a pair's efficiency = 2-replica images/s / the
+  two processes' images/s together (``two_workers_images_per_second`` counts both replicas,
+  Master and Worker for PyTorch); a row is ``--scaling-repeats`` pairs (3), its
+  ``efficiency`` their median.
 
 Writes ``bench/results/train_bench-<budget>.json`` (``train_bench-<budget>-<precision>.json``
 where ``--precision`` differs from the budget's) and a markdown table beside it after every
