@@ -383,7 +383,7 @@ def _check_pairs(row: dict) -> None:
     if "repeats" not in row and not any(key in row for key in PAIR_FIELDS):
         return  # one pair, before --scaling-repeats
     n = row.get("repeats")
-    if not (isinstance(n, int) and not isinstance(n, bool) and n > 0):
+    if not (isinstance(n, int) and _positive(n)):
         raise ValueError(f"a scaling row has no valid repeats: {n!r}")
     for key in PAIR_FIELDS:
         runs = row.get(key)
@@ -436,14 +436,18 @@ def scaling_of_the_best(scaling: list[dict], best: dict[str, str]) -> list[dict]
     return kept
 
 
+def scaling_key(row: dict) -> tuple[str, int]:
+    """What a scaling row measures: ``(model type, per-replica batch)``; one row per key."""
+    return row["model_type"], row["batch_size_per_replica"]
+
+
 def replace_scaling_row(scaling: list[dict], row: dict) -> list[dict]:
-    """``scaling`` with ``row`` in the place of the row of its model type and batch, or at the
+    """``scaling`` with ``row`` in the place of the row of its :func:`scaling_key`, or at the
     end where there is none."""
-    key = (row["model_type"], row["batch_size_per_replica"])
-    same = [(s["model_type"], s["batch_size_per_replica"]) == key for s in scaling]
-    if not any(same):
+    key = scaling_key(row)
+    if all(scaling_key(s) != key for s in scaling):
         return [*scaling, row]
-    return [row if hit else s for s, hit in zip(scaling, same, strict=True)]
+    return [row if scaling_key(s) == key else s for s in scaling]
 
 
 def bench_budget(name: str, precision: str | None = None) -> dict:
@@ -488,7 +492,7 @@ def resumed(path: Path, budget: str, precision: str | None = None) -> dict:
         for row in result["rows"] + result["scaling"]:
             if row["model_type"] not in CANDIDATES:
                 raise ValueError(f"unknown model type {row['model_type']!r}")
-        keys = [(s["model_type"], s["batch_size_per_replica"]) for s in result["scaling"]]
+        keys = [scaling_key(s) for s in result["scaling"]]
         if len(set(keys)) != len(keys):
             raise ValueError(f"two scaling rows of one model and batch: {keys}")
         # runs of a file written before --resume existed keep their date
@@ -677,9 +681,7 @@ def main(args: argparse.Namespace) -> int:
             write(result, args, budget, measured=False)
         # a resumed row of fewer pairs than --scaling-repeats is measured again, and replaced
         scaled = {
-            (s["model_type"], s["batch_size_per_replica"])
-            for s in result["scaling"]
-            if s.get("repeats", 1) >= args.scaling_repeats
+            scaling_key(s) for s in result["scaling"] if s.get("repeats", 1) >= args.scaling_repeats
         }
         for best in best_of.values():
             for batch in batches:
