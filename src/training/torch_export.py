@@ -29,7 +29,8 @@ from fmnist_common import IMAGE_SIZE
 from training.torch_model import SAME_PAD, BatchNormNet
 
 TORCHSCRIPT_PATH = Path("torchscript") / "model.pt"
-_BN_LAYERS = ("conv1_bn", "conv2_bn", "dense_bn")
+_BN_LAYERS = ("stem_bn", "conv1_bn", "conv2_bn", "dense_bn")
+_CONV_LAYERS = ("stem", "conv1", "conv2")
 
 
 def _numpy(t: torch.Tensor) -> np.ndarray:
@@ -72,13 +73,18 @@ def to_keras(torch_model: BatchNormNet):
         keras.mixed_precision.set_global_policy(policy)
     if tuple(torch_model.same_pad) != SAME_PAD:
         raise ValueError(f"padding {torch_model.same_pad} is not Keras' 'same' {SAME_PAD}")
+    if tuple(torch_model.stem.padding) != (1, 1) or tuple(torch_model.stem.stride) != (1, 1):
+        raise ValueError(
+            f"stem padding {torch_model.stem.padding} / stride {torch_model.stem.stride} is not "
+            "Keras' 'same' with stride 1 (padding (1, 1))"
+        )
     for name in _BN_LAYERS:
         keras_eps, torch_eps = model.get_layer(name).epsilon, getattr(torch_model, name).eps
         if not np.isclose(keras_eps, torch_eps, rtol=1e-6, atol=0):
             raise ValueError(f"{name}: batch-norm epsilon {torch_eps} is not Keras' {keras_eps}")
 
     m = torch_model
-    for name in ("conv1", "conv2"):
+    for name in _CONV_LAYERS:
         model.get_layer(name).set_weights([_numpy(getattr(m, name).weight).transpose(2, 3, 1, 0)])
     channels = m.conv2.out_channels
     side = int(round((m.dense.in_features / channels) ** 0.5))

@@ -7,6 +7,8 @@ serving see no difference)::
 
     float32 [N, 1, 28, 28] (NCHW), pixel values 0..255
       -> x / 255, then (x - PIXEL_MEAN) / PIXEL_STD      (training.models' constants)
+      -> 3x3 conv 8, stride 1, padding 1 ("stem")        28x28, no bias
+         -> BatchNorm2d -> ReLU
       -> pad 0 before / 1 after, 3x3 conv 48, stride 2   28x28 -> 14x14, no bias
          -> BatchNorm2d -> ReLU
       -> pad 0 before / 1 after, 3x3 conv 96, stride 2   14x14 -> 7x7, no bias
@@ -19,7 +21,8 @@ Where a port usually goes wrong, this module follows Keras:
 
 * Keras ``padding="same"`` with stride 2 on an even size pads 0 rows/columns before and 1
   after (TensorFlow puts the odd padding at the end), not 1 on each side as torch's
-  ``padding=1`` does: the convolutions take explicitly padded inputs (:data:`SAME_PAD`);
+  ``padding=1`` does: the stride-2 convolutions take explicitly padded inputs
+  (:data:`SAME_PAD`); with stride 1 "same" is 1 on each side, torch's ``padding=1`` (the stem);
 * Keras ``BatchNormalization`` has ``epsilon=1e-3`` (torch: 1e-5) and ``momentum=0.9`` for the
   *old* value (torch's ``momentum`` weighs the *new* one: 0.1);
 * Keras flattens NHWC, torch NCHW: the port permutes the first dense layer's input rows
@@ -41,7 +44,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from fmnist_common import IMAGE_SIZE, NUM_CLASSES
-from training.models import DENSE_UNITS, FILTERS, PIXEL_MEAN, PIXEL_STD
+from training.models import DENSE_UNITS, FILTERS, PIXEL_MEAN, PIXEL_STD, STEM_FILTERS
 
 BN_EPSILON = 1e-3  # tf-keras BatchNormalization's default epsilon
 BN_MOMENTUM = 1.0 - 0.9  # training.models uses Keras momentum 0.9 (weight of the old value)
@@ -74,7 +77,7 @@ _avoid_llvm_clash()
 
 class BatchNormNet(nn.Module):
     """The ``batch_norm`` CNN (see the module docstring); submodule names follow the Keras
-    layer names (``conv1``, ``conv1_bn``, ..., ``logits``), which the port relies on.
+    layer names (``stem``, ``stem_bn``, ``conv1``, ..., ``logits``), which the port relies on.
 
     ``forward(x)``: ``x`` float32 ``[N, 1, 28, 28]`` (NCHW), 0..255 -> logits float32
     ``[N, 10]``. Train mode normalises with batch statistics and updates the running ones;
@@ -85,7 +88,9 @@ class BatchNormNet(nn.Module):
         super().__init__()
         c1, c2 = FILTERS
         self.same_pad = SAME_PAD  # an attribute, so a test can put a wrong padding in
-        self.conv1 = nn.Conv2d(1, c1, 3, stride=2, padding=0, bias=False)
+        self.stem = nn.Conv2d(1, STEM_FILTERS, 3, stride=1, padding=1, bias=False)
+        self.stem_bn = nn.BatchNorm2d(STEM_FILTERS, eps=BN_EPSILON, momentum=BN_MOMENTUM)
+        self.conv1 = nn.Conv2d(STEM_FILTERS, c1, 3, stride=2, padding=0, bias=False)
         self.conv1_bn = nn.BatchNorm2d(c1, eps=BN_EPSILON, momentum=BN_MOMENTUM)
         self.conv2 = nn.Conv2d(c1, c2, 3, stride=2, padding=0, bias=False)
         self.conv2_bn = nn.BatchNorm2d(c2, eps=BN_EPSILON, momentum=BN_MOMENTUM)
@@ -98,6 +103,7 @@ class BatchNormNet(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = (x * (1.0 / 255.0) - self.pixel_mean) / self.pixel_std
+        x = F.relu(self.stem_bn(self.stem(x)))
         x = F.relu(self.conv1_bn(self.conv1(F.pad(x, self.same_pad))))
         x = F.relu(self.conv2_bn(self.conv2(F.pad(x, self.same_pad))))
         x = torch.flatten(x, 1)  # (C, H, W) order
@@ -132,7 +138,7 @@ def build_torch_model(seed: int | None = None) -> BatchNormNet:
         generator.seed()
     else:
         generator.manual_seed(int(seed))
-    for layer in (model.conv1, model.conv2, model.dense, model.logits):
+    for layer in (model.stem, model.conv1, model.conv2, model.dense, model.logits):
         _glorot_uniform_(layer.weight, generator)
     nn.init.zeros_(model.logits.bias)
     return model

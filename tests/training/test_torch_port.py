@@ -72,13 +72,14 @@ def test_torch_network_has_the_keras_layers_and_hyperparameters(torch_model):
     assert sum(p.numel() for p in torch_model.parameters()) == sum(
         int(np.prod(w.shape)) for w in keras_model.trainable_weights
     )
-    for name in ("conv1_bn", "conv2_bn", "dense_bn"):
+    for name in ("stem_bn", "conv1_bn", "conv2_bn", "dense_bn"):
         keras_bn, torch_bn = keras_model.get_layer(name), getattr(torch_model, name)
         assert torch_bn.eps == pytest.approx(keras_bn.epsilon) == BN_EPSILON
         assert torch_bn.momentum == pytest.approx(1 - keras_bn.momentum) == BN_MOMENTUM
-    for name in ("conv1", "conv2"):
+    for name, stride in (("stem", 1), ("conv1", 2), ("conv2", 2)):
         assert keras_model.get_layer(name).padding == "same"
-        assert keras_model.get_layer(name).strides == getattr(torch_model, name).stride == (2, 2)
+        want = (stride, stride)
+        assert keras_model.get_layer(name).strides == getattr(torch_model, name).stride == want
     # the running statistics the parity test relies on really moved off their initial values
     assert not torch.allclose(torch_model.conv1_bn.running_var, torch.ones(48), atol=1e-2)
 
@@ -111,7 +112,7 @@ def test_each_usual_port_mistake_breaks_parity(torch_model, images, mistake):
     elif mistake == "symmetric_padding":  # torch's padding=1: 1 row/column on each side
         wrong.same_pad = (1, 1, 1, 1)
     else:  # torch's default epsilon
-        for name in ("conv1_bn", "conv2_bn", "dense_bn"):
+        for name in ("stem_bn", "conv1_bn", "conv2_bn", "dense_bn"):
             getattr(wrong, name).eps = 1e-5
     diff = np.abs(_keras_logits(keras_model, images) - _torch_logits(wrong, images)).max()
     assert diff > 10 * PARITY_ATOL, f"{mistake}: max difference {diff}"
@@ -127,6 +128,10 @@ def test_port_refuses_a_network_that_computes_differently(torch_model):
     wrong = copy.deepcopy(torch_model)
     wrong.same_pad = (1, 1, 1, 1)
     with pytest.raises(ValueError, match="padding"):
+        to_keras(wrong)
+    wrong = copy.deepcopy(torch_model)
+    wrong.stem.padding = (0, 0)  # "valid": 26x26 after the stem
+    with pytest.raises(ValueError, match="stem padding"):
         to_keras(wrong)
     assert SAME_PAD == (0, 1, 0, 1)
 
