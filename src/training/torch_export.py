@@ -9,7 +9,7 @@ The candidate directory a PyTorch run publishes at ``--saved-model-dir`` holds:
   candidate;
 * ``torchscript/model.pt``: the same network as TorchScript (:data:`TORCHSCRIPT_PATH`), for a
   PyTorch runtime: input float32 ``[N, 1, 28, 28]`` (NCHW) with pixel values 0..255 (the
-  preprocessing stem is inside), output logits float32 ``[N, 10]`` (no softmax, no mirror
+  preprocessing is inside), output logits float32 ``[N, 10]`` (no softmax, no mirror
   averaging: a server applies those itself);
 * ``training_history.json``, written afterwards by the trainer.
 """
@@ -73,10 +73,12 @@ def to_keras(torch_model: BatchNormNet):
         keras.mixed_precision.set_global_policy(policy)
     if tuple(torch_model.same_pad) != SAME_PAD:
         raise ValueError(f"padding {torch_model.same_pad} is not Keras' 'same' {SAME_PAD}")
-    if tuple(torch_model.stem.padding) != (1, 1) or tuple(torch_model.stem.stride) != (1, 1):
+    stem = torch_model.stem
+    geometry = (stem.padding, stem.stride, stem.dilation, stem.padding_mode)
+    if geometry not in (((1, 1), (1, 1), (1, 1), "zeros"), ("same", (1, 1), (1, 1), "zeros")):
         raise ValueError(
-            f"stem padding {torch_model.stem.padding} / stride {torch_model.stem.stride} is not "
-            "Keras' 'same' with stride 1 (padding (1, 1))"
+            f"stem padding {stem.padding} ({stem.padding_mode}), stride {stem.stride}, dilation "
+            f"{stem.dilation} is not Keras' 'same' with stride 1: zeros, 1 on each side"
         )
     for name in _BN_LAYERS:
         keras_eps, torch_eps = model.get_layer(name).epsilon, getattr(torch_model, name).eps

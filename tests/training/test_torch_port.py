@@ -129,11 +129,28 @@ def test_port_refuses_a_network_that_computes_differently(torch_model):
     wrong.same_pad = (1, 1, 1, 1)
     with pytest.raises(ValueError, match="padding"):
         to_keras(wrong)
-    wrong = copy.deepcopy(torch_model)
-    wrong.stem.padding = (0, 0)  # "valid": 26x26 after the stem
-    with pytest.raises(ValueError, match="stem padding"):
-        to_keras(wrong)
+    for attribute, value in (
+        ("padding", (0, 0)),
+        ("padding_mode", "reflect"),
+        ("dilation", (2, 2)),
+    ):
+        wrong = copy.deepcopy(torch_model)
+        setattr(wrong.stem, attribute, value)  # "valid" (26x26 out), mirrored border, dilated
+        with pytest.raises(ValueError, match="stem padding"):
+            to_keras(wrong)
     assert SAME_PAD == (0, 1, 0, 1)
+
+
+def test_a_checkpoint_of_another_network_is_a_one_line_error(torch_model, tmp_path):
+    """A state_dict without the stem (what the network wrote before it) is refused with a
+    ConfigError naming the checkpoint, on resume and on export (training.torch_train)."""
+    from fmnist_common.cli import ConfigError
+    from training.torch_train import load_model_state
+
+    state = {k: v for k, v in torch_model.state_dict().items() if not k.startswith("stem")}
+    with pytest.raises(ConfigError, match=r"checkpoint .*epoch-002.pt holds another network"):
+        load_model_state(build_torch_model(1), {"model": state}, tmp_path / "epoch-002.pt")
+    load_model_state(build_torch_model(1), {"model": torch_model.state_dict()}, tmp_path / "x")
 
 
 @pytest.mark.filterwarnings("ignore:`torch.jit.load` is deprecated:FutureWarning")
