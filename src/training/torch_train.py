@@ -167,6 +167,23 @@ def augment(images, kind: str, generator):
     return images
 
 
+def load_model_state(model, state: dict, path: Path) -> None:
+    """Put checkpoint ``path``'s weights (``state["model"]``, a ``state_dict``) into ``model``.
+
+    Raises:
+        ConfigError: the checkpoint holds another network's weights (other layers or shapes,
+            e.g. written before the stem was added under a reused ``--run-id``); torch's own
+            ``RuntimeError`` lists every key, this names the file and the way out.
+    """
+    try:
+        model.load_state_dict(state["model"])
+    except RuntimeError as e:
+        raise ConfigError(
+            f"checkpoint {path} holds another network's weights (an older version's?); train "
+            f"under a new --run-id: {str(e).splitlines()[0]}"
+        ) from e
+
+
 def learning_rate(step: int, args: argparse.Namespace, steps_per_epoch: int) -> float:
     """The learning rate of optimizer step ``step`` (0-based), as
     :func:`training.train.make_schedule` (``constant``, or ``cosine``: linear warm-up from a
@@ -393,7 +410,7 @@ def train(args: argparse.Namespace, env: DistEnv) -> dict:
     if found[0] is not None:
         start_epoch, path = found[0]
         state = torch.load(path, map_location=device, weights_only=True)
-        model.load_state_dict(state["model"])
+        load_model_state(model, state, path)
         optimizer.load_state_dict(state["optimizer"])
         scheduler.load_state_dict(state["scheduler"])
         history, train_seconds = state["history"], state["train_seconds"]
@@ -556,7 +573,7 @@ def _export_finished(
 
     state = torch.load(path, map_location="cpu", weights_only=True)
     model = build_torch_model(args.seed)
-    model.load_state_dict(state["model"])
+    load_model_state(model, state, path)
     log.info("rank 0: all %d epochs are checkpointed (%s); exporting it", args.epochs, path)
     mirror_average = "flip" in args.augment
     result = _record(

@@ -111,8 +111,8 @@ def add_shared_arguments(p: argparse.ArgumentParser) -> None:
         choices=AUGMENTATIONS,
         default="shift-flip",
         help="training-time augmentation of each batch: random shifts, left-right flips, "
-        "erasing (the default leaves erasing out: it bought nothing in schedules of 16-22 "
-        "epochs, bench/README.md)",
+        "erasing (the default leaves erasing out: it bought nothing in schedules of 20-22 "
+        "epochs of the network without the stem, bench/README.md)",
     )
     p.add_argument(
         "--label-smoothing",
@@ -628,7 +628,13 @@ def export_finished(
 
     keras.mixed_precision.set_global_policy("float32")
     model = computes_in_float32((model_builder or build_model)(args.model_type))
-    model.load_weights(str(weights)).expect_partial().assert_existing_objects_matched()
+    try:
+        model.load_weights(str(weights)).expect_partial().assert_existing_objects_matched()
+    except (AssertionError, ValueError) as e:  # tf.train.Checkpoint's errors for other shapes
+        raise ConfigError(
+            f"checkpoint {weights} holds another network's weights (an older version's?); "
+            f"train under a new --run-id: {str(e).splitlines()[0] if str(e) else type(e).__name__}"
+        ) from e
     log.info("training finished already; the chief exports %s alone", weights)
     dirs = run_dirs(args, task)
     saved = export_candidate(

@@ -78,3 +78,17 @@ def test_an_incomplete_or_damaged_marker_trains_again(tmp_path, damage):
     _finish(args)
     damage(train.checkpoint_dir(args))
     assert train.finished_run(args, TWO_WORKERS) is None
+
+
+def test_weights_of_another_network_are_a_one_line_error(tmp_path):
+    """A finished run's checkpoint written by another network (an older version's, under a
+    reused --run-id) stops the export with a ConfigError naming the file, not a traceback."""
+    from fmnist_common.cli import ConfigError
+    from training.models import build_model
+
+    args = _args(tmp_path)  # cnn
+    weights = train.checkpoint_dir(args) / "epoch-002" / "weights"
+    build_model("batch_norm").save_weights(str(weights))  # other layers and shapes
+    with pytest.raises(ConfigError, match=r"checkpoint .*weights holds another network"):
+        train.export_finished(args, TWO_WORKERS, ({"epochs": 2}, weights))
+    assert not (tmp_path / "c").exists()  # nothing exported
