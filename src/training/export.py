@@ -11,7 +11,7 @@ The ``serving_default`` signature (TF Serving REST "row" format, KServe V1 proto
 
 Decoding follows :func:`decode_images`: decode to one grey channel, resize to 28x28 with area
 averaging when the size differs, then :func:`probabilities` (the model's own preprocessing
-stem, then the network). A 28x28 grey PNG of a
+layers, then the network). A 28x28 grey PNG of a
 test image therefore reaches the network with exactly the training pixels. Every JPEG/PNG kind
 that Pillow and browsers decode is accepted: grey/RGB/CMYK/YCCK, baseline or progressive JPEG;
 1/2/4/8/16-bit grey, RGB, palette, grey+alpha or RGBA PNG, interlaced or not (alpha is dropped,

@@ -1,6 +1,6 @@
 """The three model variants trained in parallel: ``cnn``, ``dropout`` and ``batch_norm``.
 
-All three share one backbone and one preprocessing stem that is part of the model graph, so
+All three share one backbone and one preprocessing layer pair that is part of the model graph, so
 that training, selection and serving apply exactly the same arithmetic (no train/serve skew;
 the random augmentation runs in ``tf.data`` during training only, see
 :func:`training.train.augment`):
@@ -16,9 +16,10 @@ the random augmentation runs in ``tf.data`` during training only, see
 and output **logits** ``float32 [N, 10]``; the serving signature applies the softmax. The
 widths were chosen by measurement (bench/README.md): 32/64/128 reached about 93 %, 48/96/256
 about 93.7 % in 1.5x the time; a full-resolution first stage of 48 filters reached no more in
-2.7x. The narrow full-resolution stem (8 filters, 1.26x the time per image) was chosen by a
-recipe screen (bench/README.md, 2026-12-04 evening): it reaches in 16 epochs what the network
-without it reached in 32.
+2.7x. The narrow full-resolution stem (8 filters) was chosen by a recipe screen
+(bench/README.md, 2026-12-04 evening): it costs 1.28-1.33x the time per image in one process
+(less in the 2-replica trainer, where the all-reduce's share stays), and reaches in 16 epochs
+what the network without it reached in 32.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ FILTERS = (48, 96)  # the two stride-2 convolution blocks
 DENSE_UNITS = 256
 
 
-def _stem(keras):
+def _preprocessing(keras):
     return [
         keras.layers.Input(shape=(28, 28, 1), dtype="float32", name="pixels"),
         keras.layers.Rescaling(1.0 / 255.0, name="scale_0_1"),
@@ -82,7 +83,7 @@ def build_model(model_type: str, seed: int | None = None):
     bn = model_type == "batch_norm"
     drop = model_type == "dropout"
     layers = keras.layers
-    stack = _stem(keras) + _conv(keras, STEM_FILTERS, bn, "stem", strides=1)
+    stack = _preprocessing(keras) + _conv(keras, STEM_FILTERS, bn, "stem", strides=1)
     for block, filters in enumerate(FILTERS, start=1):
         stack += _conv(keras, filters, bn, f"conv{block}")
         if drop:

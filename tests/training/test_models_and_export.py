@@ -27,6 +27,19 @@ def test_variants_differ_as_named():
     assert "BatchNormalization" not in kinds["cnn"]
 
 
+@pytest.mark.parametrize("model_type", MODEL_TYPES)
+def test_every_variant_starts_with_the_full_resolution_stem(model_type):
+    """The 8-filter stride-1 stem, then the two stride-2 convolutions (models' docstring)."""
+    from training.models import FILTERS, STEM_FILTERS
+
+    model = build_model(model_type)
+    convs = [layer for layer in model.layers if type(layer).__name__ == "Conv2D"]
+    assert [c.name for c in convs] == ["stem", "conv1", "conv2"]
+    assert [c.strides for c in convs] == [(1, 1), (2, 2), (2, 2)]
+    assert [c.filters for c in convs] == [STEM_FILTERS, *FILTERS]
+    assert model.get_layer("stem").output_shape == (None, 28, 28, STEM_FILTERS)
+
+
 def test_unknown_model_type_is_rejected():
     with pytest.raises(ValueError, match="unknown model type"):
         build_model("resnet")
