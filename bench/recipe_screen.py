@@ -16,9 +16,13 @@ with knobs (``stem``, ``k1``, ``c1``, ``c2``, ``c3``, ``d``), the pixel constant
 augmentation of :func:`training.train.augment` written for tensors on the GPU, Adam
 (``eps=1e-7``, Keras') with a linear warm-up then cosine (or linear) decay, label smoothing,
 and each batch split in 2 for batch norm (``ghost``) as 2 replicas normalise their halves.
-It differs from the trainers in its random streams, one process instead of 2 replicas, and GPU
-kernels; the 2026-12-04 screen read 0.0-0.3 points below the trainers for the same recipe
-(bench/README.md), so rounds compare recipes with each other.
+It differs from the trainers in its random streams, one process instead of 2 replicas, GPU
+kernels, and in two details of the recipe: the warm-up starts near 0 and the cosine decays to 0
+(the trainers: from and to 0.1x and 0.01x the peak, ``training.train.make_schedule``), and
+each half's forward pass updates the batch-norm running statistics (two updates per step; each
+replica of the trainers updates once and the export holds their mean). The 2026-12-04 screen
+read 0.0-0.3 points below the trainers for the same recipe (bench/README.md), so rounds
+compare recipes with each other.
 
 Each run reports test accuracy on all 10,000 test images **after a JPEG round trip** (Pillow,
 quality 95, as :func:`training.data.encode_images` sends them), with and without mirror
@@ -330,11 +334,14 @@ def make_data(raw: Path, out: Path) -> None:
 
 
 def summary(rows: list[dict]) -> str:
-    """A markdown table: per recipe, the 3 seeds' accuracies sorted (percent), plain and
-    mirror-averaged, and one run's GPU seconds."""
+    """A markdown table: per recipe, the seeds' accuracies sorted (percent), plain and
+    mirror-averaged, and one run's GPU seconds (a shared GPU: not a cost); failed runs are
+    counted apart."""
     by_name = collections.defaultdict(list)
+    failed = collections.Counter(r["name"] for r in rows if "error" in r)
     for r in rows:
-        by_name[r["name"]].append(r)
+        if "error" not in r:
+            by_name[r["name"]].append(r)
     lines = ["| recipe | accuracy | mirror-averaged | GPU s |", "|---|---|---|---|"]
     for name, runs in by_name.items():
         plain, mirrored = (
@@ -342,6 +349,7 @@ def summary(rows: list[dict]) -> str:
             for key in ("jpeg", "jpeg_tta")
         )
         lines.append(f"| {name} | {plain} | {mirrored} | {runs[0]['train_s']} |")
+    lines += [f"| {name} | failed x{n} | | |" for name, n in failed.items()]
     return "\n".join(lines)
 
 
@@ -358,11 +366,24 @@ def main(argv: list[str] | None = None) -> int:
         type=Path,
         default=Path(os.environ.get("MIRROR_DIR", "../shared")) / "data" / "fashion-mnist",
     )
-    p.add_argument("--summary", type=Path, help="print the table of a results file and stop")
+    p.add_argument(
+        "--summary",
+        type=Path,
+        help="print the table of a results file (the JSON of bench/results, or --out's JSON "
+        "lines) and stop",
+    )
     args = p.parse_args(argv)
     if args.summary:
-        doc = json.loads(args.summary.read_text())
-        print(summary(doc["runs"]))
+        text = args.summary.read_text()
+        try:
+            doc = json.loads(text)  # a results file of bench/results
+        except ValueError:
+            doc = None
+        if isinstance(doc, dict) and "runs" in doc:
+            rows = doc["runs"]
+        else:  # --out's JSON lines
+            rows = [json.loads(line) for line in text.splitlines() if line.strip()]
+        print(summary(rows))
         return 0
     if args.make_data:
         make_data(args.raw, args.data)
