@@ -7,7 +7,7 @@ and Worker (the operator's environment, DDP); each exported SavedModel is then e
 whole test split **as JPEG through its serving signature** (what selection and the server
 compute).
 
-    python bench/train_bench.py --budget full --seeds 1 2 3   # 1 h (bfloat16), 4-5 h (float32)
+    python bench/train_bench.py --budget full --seeds 1 2 3   # 1 h 15 min (2 cores, AVX-512)
     python bench/train_bench.py --budget quick --seeds 1 --no-reference --no-scaling
 
 Three sections, all in one run so that their timings are comparable (machines of this kind
