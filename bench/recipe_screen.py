@@ -4,7 +4,7 @@
     python bench/recipe_screen.py --summary bench/results/2026-12-04-recipe-screen.json
 
 Why it exists: on the 2-core CPU one full-budget training takes 4-7 minutes, so a recipe
-search there gets a handful of runs a day. On one GPU the same network trains in 20-90 s, and
+search there tries a few recipes an hour. On one GPU the same network trains in 17-90 s, and
 many run side by side (``--procs`` processes sharing the device), so a round of 14 recipes x 3
 seeds takes 2-4 minutes. What a round measures is **accuracy only**; each recipe's cost on the
 CPU is measured apart (single-process images/s per architecture, bench/README.md), and the

@@ -7,7 +7,9 @@ and Worker (the operator's environment, DDP); each exported SavedModel is then e
 whole test split **as JPEG through its serving signature** (what selection and the server
 compute).
 
-    python bench/train_bench.py --budget full --seeds 1 2 3   # 1 h 15 min (2 cores, AVX-512)
+    python bench/train_bench.py --budget full --seeds 1 2 3   # the budget's own precision
+    python bench/train_bench.py --budget full --precision float32 --scaling-batches 64 512
+    #   ^ 1 h 15 min on 2 cores (AVX-512); --results-dir DIR keeps bench/results/ as it is
     python bench/train_bench.py --budget quick --seeds 1 --no-reference --no-scaling
 
 Three sections, all in one run so that their timings are comparable (machines of this kind
@@ -69,7 +71,7 @@ SCALING_EPOCHS = 3  # the first epoch traces and sets up the ring; the others ar
 # (which is 58 steps of 512 per replica).
 SCALING_MIN_EXAMPLES, SCALING_MIN_STEPS = 20_480, 60
 # 2-replica/limit pairs per scaling row (--scaling-repeats): on an idle machine the pairs of
-# one row differed by up to 14 points (2026-12-04 table, bench/README.md); the row gives the
+# one row differed by up to 14 points (bench/results/2026-12-04-32-epochs/); the row gives the
 # median of its pairs
 SCALING_REPEATS = 3
 

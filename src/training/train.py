@@ -16,7 +16,7 @@ collectives); only the chief's files survive, following TensorFlow's multi-worke
 Example (what the TFJob containers run)::
 
     python -m training.train --model-type cnn --data-dir /mnt/shared/tfds \
-        --epochs 15 --batch-size-per-replica 128 --learning-rate 0.003 --lr-schedule cosine \
+        --epochs 16 --batch-size-per-replica 512 --learning-rate 0.01 --lr-schedule cosine \
         --checkpoint-dir /mnt/shared/checkpoints --tensorboard-dir /mnt/shared/tensorboard \
         --saved-model-dir /mnt/shared/candidates/cnn --run-id pipeline-abc12
 """
