@@ -55,6 +55,12 @@ def _signature(path):
     return tf.saved_model.load(str(path)).signatures[SIGNATURE_KEY]
 
 
+def _png(grey: np.ndarray) -> bytes:
+    buf = io.BytesIO()
+    Image.fromarray(grey).save(buf, format="PNG")
+    return buf.getvalue()
+
+
 def test_signature_shapes_and_names(exported_model):
     sig = _signature(exported_model)
     (spec,) = sig.structured_input_signature[1].values()
@@ -168,15 +174,22 @@ def test_jpeg_accuracy_matches_in_process_on_the_same_decoded_pixels(
 
 
 def test_colour_and_resized_inputs_are_accepted(exported_model, test_slice):
+    """On an image the model classifies clearly (a lead of 0.3 over the second class): the
+    JPEG below moves pixels by about one grey level, which can flip a near tie."""
     images, _ = test_slice
-    grey = images[0, :, :, 0]
+    signature = _signature(exported_model)
+    grey_pngs = [_png(image[:, :, 0]) for image in images[:50]]
+    top2 = np.sort(signature(**{INPUT_NAME: tf.constant(grey_pngs)})[OUTPUT_NAME].numpy())[:, -2:]
+    clear = [i for i, (second, first) in enumerate(top2) if first - second >= 0.3]
+    assert clear, "no clearly classified image among the first 50"
+    grey = images[clear[0], :, :, 0]
     big_rgb = np.stack([np.kron(grey, np.ones((3, 3), np.uint8))] * 3, axis=-1)
     bufs = []
     for arr, fmt in ((big_rgb, "PNG"), (big_rgb, "JPEG"), (grey, "PNG")):
         b = io.BytesIO()
         Image.fromarray(arr).save(b, format=fmt)
         bufs.append(b.getvalue())
-    probs = _signature(exported_model)(**{INPUT_NAME: tf.constant(bufs)})[OUTPUT_NAME].numpy()
+    probs = signature(**{INPUT_NAME: tf.constant(bufs)})[OUTPUT_NAME].numpy()
     assert probs.shape == (3, 10)
     assert len(set(probs.argmax(1))) == 1, "same garment in colour/large/grey -> same class"
 
