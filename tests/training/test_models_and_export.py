@@ -55,12 +55,6 @@ def _signature(path):
     return tf.saved_model.load(str(path)).signatures[SIGNATURE_KEY]
 
 
-def _png(grey: np.ndarray) -> bytes:
-    buf = io.BytesIO()
-    Image.fromarray(grey).save(buf, format="PNG")
-    return buf.getvalue()
-
-
 def test_signature_shapes_and_names(exported_model):
     sig = _signature(exported_model)
     (spec,) = sig.structured_input_signature[1].values()
@@ -178,7 +172,7 @@ def test_colour_and_resized_inputs_are_accepted(exported_model, test_slice):
     JPEG below moves pixels by about one grey level, which can flip a near tie."""
     images, _ = test_slice
     signature = _signature(exported_model)
-    grey_pngs = [_png(image[:, :, 0]) for image in images[:50]]
+    grey_pngs = encode_images(images[:50], "png")
     top2 = np.sort(signature(**{INPUT_NAME: tf.constant(grey_pngs)})[OUTPUT_NAME].numpy())[:, -2:]
     clear = [i for i, (second, first) in enumerate(top2) if first - second >= 0.3]
     assert clear, "no clearly classified image among the first 50"
