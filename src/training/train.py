@@ -649,6 +649,35 @@ def export_finished(
     return history
 
 
+def backup_and_restore(backup_dir: Path):
+    """Keras' ``BackupAndRestore`` callback for ``backup_dir``, which refuses a backup it cannot
+    restore into this model in one line.
+
+    A backup is left by a run that was interrupted (it is deleted when training ends); one
+    written by another network (an older version's, under a reused ``--run-id``) makes the
+    restore at the start of ``fit()`` fail on the first variable of another shape, on every
+    replica (all restore the chief's backup).
+
+    Raises (from ``fit()``):
+        ConfigError: the backup does not match the model (``tf.train.Checkpoint``'s
+            ``ValueError`` or ``AssertionError``), naming ``backup_dir``.
+    """
+    import tf_keras as keras
+
+    class RefusingBackupAndRestore(keras.callbacks.BackupAndRestore):
+        def on_train_begin(self, logs=None):
+            try:
+                super().on_train_begin(logs)
+            except (AssertionError, ValueError) as e:
+                first = str(e).splitlines()[0] if str(e) else type(e).__name__
+                raise ConfigError(
+                    f"backup {backup_dir} holds another network's training state (an older "
+                    f"version's?); train under a new --run-id: {first}"
+                ) from e
+
+    return RefusingBackupAndRestore(backup_dir=str(backup_dir))
+
+
 def write_history(path: Path, history: dict) -> None:
     """Write the history JSON via a temporary file and rename (never half-written)."""
     tmp = path.with_name(f".{path.name}.tmp")
@@ -795,7 +824,7 @@ def train(args: argparse.Namespace, task: TaskInfo, model_builder=None) -> dict:
         *marker,
         # Fault tolerance: a restarted replica resumes from the last finished epoch (the
         # backup is deleted when training ends).
-        keras.callbacks.BackupAndRestore(backup_dir=str(ckpt / "backup")),
+        backup_and_restore(ckpt / "backup"),
         keras.callbacks.ModelCheckpoint(
             filepath=str(ckpt / "epoch-{epoch:03d}" / "weights"),
             save_weights_only=True,

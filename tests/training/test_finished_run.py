@@ -92,3 +92,50 @@ def test_weights_of_another_network_are_a_one_line_error(tmp_path):
     with pytest.raises(ConfigError, match=r"checkpoint .*weights holds another network"):
         train.export_finished(args, TWO_WORKERS, ({"epochs": 2}, weights))
     assert not (tmp_path / "c").exists()  # nothing exported
+
+
+def test_a_backup_of_another_network_is_a_one_line_error(tmp_path, data_dir):
+    """An interrupted run's BackupAndRestore backup written by another network (an older
+    version's, under a reused --run-id) stops training at the restore with one line naming
+    the backup, not a traceback, and exports nothing."""
+    import os
+    import subprocess
+    import sys
+
+    import tensorflow as tf
+
+    from training.models import build_model
+
+    args = _args(tmp_path)  # cnn, run id r1
+    backup = train.checkpoint_dir(args) / "backup"
+    state = tf.train.Checkpoint(  # what tf_keras' WorkerTrainingState backs up
+        model=build_model("batch_norm"),  # other layers and shapes
+        ckpt_saved_epoch=tf.Variable(0, dtype=tf.int64),
+        ckpt_saved_batch=tf.Variable(-1, dtype=tf.int64),
+    )
+    tf.train.CheckpointManager(state, str(backup / "chief"), max_to_keep=1).save()
+    argv = ["--model-type", "cnn", "--epochs", "2", "--train-examples", "2048"]
+    argv += ["--validation-examples", "512", "--precision", "float32", "--run-id", "r1"]
+    argv += ["--checkpoint-dir", str(tmp_path / "ckpt"), "--saved-model-dir", str(tmp_path / "c")]
+    env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}  # one local replica
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "training.train",
+            *argv,
+            *(["--data-dir", data_dir] * bool(data_dir)),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    errors = [
+        ln for ln in proc.stderr.splitlines() if ln.startswith("python -m training.train: error: ")
+    ]
+    assert len(errors) == 1, proc.stderr[-2000:]
+    assert f"backup {backup} holds another network" in errors[0], errors[0]
+    assert not (tmp_path / "c").exists()  # nothing exported
