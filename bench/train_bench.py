@@ -31,15 +31,16 @@ differ by up to 3x in speed; only ratios are targets):
 Writes ``bench/results/train_bench-<budget>.json`` (``train_bench-<budget>-<precision>.json``
 where ``--precision`` differs from the budget's) and a markdown table beside it after every
 run. Timings are reported, never asserted. ``--resume`` goes on from that file (same budget,
-precision, CPU model and flags, else it refuses): the runs it holds are kept, not repeated,
-so a table of several hours can be measured in parts (each part's dates are recorded);
-without ``--resume`` an existing file is refused unless ``--overwrite`` says to start a new
-table.
+precision, trainer defaults and networks, CPU model and flags, else it refuses): the runs it
+holds are kept, not repeated, so a table of several hours can be measured in parts (each
+part's dates are recorded); without ``--resume`` an existing file is refused unless
+``--overwrite`` says to start a new table.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import logging
 import math
@@ -333,8 +334,8 @@ def to_markdown(result: dict) -> str:
 
 
 class ResumeError(RuntimeError):
-    """The results file to resume is unreadable or from another budget or CPU, or a new run
-    would overwrite it."""
+    """The results file to resume is unreadable or from another budget, recipe or CPU, or a new
+    run would overwrite it."""
 
 
 # The fields every stored run must have, with their types (what summarize and to_markdown read).
@@ -414,6 +415,50 @@ def budget_meta(budget: dict) -> dict:
     return {key: budget[key] for key in BUDGET_KEYS}
 
 
+def _flat(tree, prefix: str = "") -> dict:
+    """``{"a": {"b": 1}}`` as ``{"a.b": 1}`` (lists are values)."""
+    if not isinstance(tree, dict):
+        return {prefix.rstrip("."): tree}
+    return {k: v for key, sub in tree.items() for k, v in _flat(sub, f"{prefix}{key}.").items()}
+
+
+@functools.cache
+def trainer_recipe() -> dict:
+    """What shapes a run besides the budget, as a results file records it
+    (``meta.trainer_recipe``; ``--resume`` compares it): per trainer module, every option that
+    the benchmark leaves at its default (all but those :func:`train_args` and :func:`bench_one`
+    pass), and the trainable parameters of each candidate's network (a changed architecture,
+    such as 2026-12-04's stem). A default changed since a table was measured (the same day's
+    ``--augment``) would otherwise mix two recipes in one table.
+
+    Returns:
+        ``{"defaults": {module: {dest: value}}, "parameters": {model_type: int}}``, JSON
+        values (tuples as lists), so that a file read back compares equal.
+    """
+    from training import torch_train
+    from training import train as tf_train
+    from training.models import build_model
+    from training.torch_model import build_torch_model
+
+    defaults = {}
+    for module, model_type in ((tf_train, "cnn"), (torch_train, "pytorch")):
+        passed = train_args(model_type, Path("work"), "id", budget_of("smoke"), "data")
+        passed += ["--seed", "1"]
+        parser = module.build_parser()
+        parsed = vars(parser.parse_args(passed))
+        given = {a.dest for a in parser._actions if set(a.option_strings) & set(passed)}
+        defaults[module.__name__] = {k: v for k, v in sorted(parsed.items()) if k not in given}
+    parameters = {
+        m: (
+            sum(p.numel() for p in build_torch_model().parameters() if p.requires_grad)
+            if job_of(m) == "pytorchjob"
+            else int(sum(math.prod(w.shape) for w in build_model(m).trainable_weights))
+        )
+        for m in CANDIDATES
+    }
+    return json.loads(json.dumps({"defaults": defaults, "parameters": parameters}, default=str))
+
+
 def best_variants(summary: list[dict]) -> dict[str, str]:
     """The best variant per job kind (``tfjob``, ``pytorchjob``: :func:`job_of`), by median
     test accuracy among that kind's variants with the most seeds (a variant with fewer seeds
@@ -471,9 +516,11 @@ def resumed(path: Path, budget: str, precision: str | None = None) -> dict:
             row's numbers or pairs not as :func:`_check_pairs` wants them; two scaling rows of
             one model and batch), or it was
             measured under another budget (its name, its recorded parameters, or a run's epochs
-            and global batch differ from today's :func:`budget_of`) or on another CPU (model
-            name, cores or vector flags differ from
-            :func:`training.precision.cpu_description`'s): its timings would not compare.
+            and global batch differ from today's :func:`budget_of`), with other trainer
+            defaults or networks (its ``meta.trainer_recipe``, where recorded, differs from
+            :func:`trainer_recipe`'s) or on another CPU (model name, cores or vector flags
+            differ from :func:`training.precision.cpu_description`'s): its timings or
+            accuracies would not compare.
     """
     try:
         saved = json.loads(path.read_text())
@@ -522,6 +569,14 @@ def resumed(path: Path, budget: str, precision: str | None = None) -> dict:
         raise ResumeError(
             f"cannot resume: the {budget!r} budget changed since {path} was measured "
             f"({held!r}, now {budget_meta(today)!r}); start a new table with --overwrite"
+        )
+    recipe = meta.get("trainer_recipe")  # absent in files written before 2026-12-04 night
+    if recipe is not None and recipe != trainer_recipe():
+        was, now = _flat(recipe), _flat(trainer_recipe())
+        changed = sorted(k for k in {*was, *now} if was.get(k, "-") != now.get(k, "-"))
+        raise ResumeError(
+            f"cannot resume: the trainers' defaults or networks changed since {path} was "
+            f"measured ({', '.join(changed)}); start a new table with --overwrite"
         )
     # also catches a changed budget in files without budget_params (every run has 2 replicas)
     for row in result["rows"]:
@@ -629,6 +684,7 @@ def write(result: dict, args: argparse.Namespace, budget: dict, measured: bool =
         "dates": sorted(dates or {today}),  # the days its runs were measured on (--resume)
         "budget": args.budget,
         "budget_params": budget_meta(budget),  # --resume compares them
+        "trainer_recipe": trainer_recipe(),  # and this
     }
     args.results_dir.mkdir(parents=True, exist_ok=True)
     stem = results_stem(args)

@@ -256,6 +256,45 @@ def test_resume_compares_the_validation_examples_and_accepts_older_files(tmp_pat
         train_bench.resumed(path, "full")
 
 
+def test_resume_refuses_a_changed_trainer_default_or_network(tmp_path, monkeypatch):
+    """What shapes a run besides the budget is recorded (the trainers' defaults, each network's
+    parameters): a table measured before a default changed (2026-12-04's ``--augment``) or a
+    network did (the stem) is not resumed with today's runs; a file without the record is."""
+    from training import train as tf_train
+
+    path = _saved(tmp_path)
+    saved = json.loads(path.read_text())
+    assert train_bench.resumed(path, "full")["rows"] == saved["rows"]  # older file: no record
+    recipe = train_bench.trainer_recipe()
+    assert recipe["defaults"]["training.train"]["augment"] == "shift-flip"
+    assert recipe["parameters"]["batch_norm"] == recipe["parameters"]["pytorch"]  # one network
+    path.write_text(json.dumps({**saved, "meta": {**saved["meta"], "trainer_recipe": recipe}}))
+    assert train_bench.resumed(path, "full")["rows"] == saved["rows"]
+
+    build = tf_train.build_parser
+
+    def other_default():
+        parser = build()
+        parser.set_defaults(augment="none")
+        return parser
+
+    monkeypatch.setattr(tf_train, "build_parser", other_default)
+    train_bench.trainer_recipe.cache_clear()
+    try:
+        with pytest.raises(
+            train_bench.ResumeError,
+            match=r"defaults or networks changed .*\(defaults\.training\.train\.augment\)",
+        ):
+            train_bench.resumed(path, "full")
+    finally:
+        monkeypatch.undo()
+        train_bench.trainer_recipe.cache_clear()
+    wider = {**recipe, "parameters": {**recipe["parameters"], "cnn": 1}}
+    path.write_text(json.dumps({**saved, "meta": {**saved["meta"], "trainer_recipe": wider}}))
+    with pytest.raises(train_bench.ResumeError, match=r"\(parameters\.cnn\)"):
+        train_bench.resumed(path, "full")
+
+
 def test_precision_option_reaches_every_run_and_guards_resume(tmp_path, monkeypatch):
     """``--precision float32`` replaces the budget's (``auto``) in every run and scaling row
     and in the recorded budget, so a float32 table is not resumed as an ``auto`` one."""
