@@ -41,7 +41,7 @@ KUBECONFORM_BIN = $(shell $(TOOLS) --bin kubeconform 2>/dev/null)
 
 help: ## list targets and variables
 	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
-	@echo "variables: MIRROR_DIR=../shared (offline mirrors), BUDGET=quick|smoke|full (demo, bench-train),"
+	@echo "variables: MIRROR_DIR=DIR (offline mirrors, e.g. ../shared; unset: online), BUDGET=quick|smoke|full (demo, bench-train),"
 	@echo "           PYTEST_ARGS (test), WORK_DIR (demo output, default work), BENCH_ARGS (bench-train: --resume, --overwrite, --precision float32)"
 
 $(STAMP): pyproject.toml

@@ -105,7 +105,7 @@ def locust_command(args: argparse.Namespace, url: str, payload: Path, out: Path)
         "--max-failure-ratio": args.max_failure_ratio,
         "--max-p95-ms": args.max_p95_ms,
         "--min-rps": args.min_rps,
-        "--run-time": f"{int(args.duration) + 5}s",
+        "--run-time": f"{int(args.duration) + 5}s",  # a backstop: the shape ends the run
         "--stop-timeout": 5,
         "--csv": out / "locust",
         "--html": out / "report.html",

@@ -26,7 +26,10 @@ def data_dir() -> str | None:
     try:
         load_numpy("test", None, 1)
     except FileNotFoundError as exc:
-        pytest.fail(f"Fashion-MNIST not prepared: {exc}. Run with MIRROR_DIR=../shared or ingest.")
+        pytest.fail(
+            f"Fashion-MNIST not prepared: {exc}. Run `make test MIRROR_DIR=../shared` (which "
+            "sets TFDS_DATA_DIR), or pytest with TFDS_DATA_DIR=../shared/tfds, or ingest."
+        )
     return os.environ.get("TFDS_DATA_DIR")
 
 

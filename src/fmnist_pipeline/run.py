@@ -13,6 +13,7 @@ import argparse
 import json
 import logging
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -177,7 +178,9 @@ def serve_and_predict(work: Path, data_dir: str | None, n_images: int) -> list[d
         server.start()
         predictions = predict(server.url, jpegs)
     finally:
-        log.info("model server stopped (exit code %s)", server.stop())
+        code = server.stop()  # -15: ended by the SIGTERM that stop() sends, as asked
+        how = "by SIGTERM" if code == -signal.SIGTERM else f"exit code {code}"
+        log.info("model server stopped (%s)", how)
     keep_samples(jpegs, work / "reports" / "samples")
     rows = []
     for probs, label in zip(predictions, labels, strict=True):
