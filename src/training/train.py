@@ -650,29 +650,47 @@ def export_finished(
 
 
 def backup_and_restore(backup_dir: Path):
-    """Keras' ``BackupAndRestore`` callback for ``backup_dir``, which refuses a backup it cannot
-    restore into this model in one line.
+    """Keras' ``BackupAndRestore`` callback for ``backup_dir``, which refuses in one line a
+    backup it cannot restore.
 
-    A backup is left by a run that was interrupted (it is deleted when training ends); one
-    written by another network (an older version's, under a reused ``--run-id``) makes the
-    restore at the start of ``fit()`` fail on the first variable of another shape, on every
-    replica (all restore the chief's backup).
+    A backup is left by a run that was interrupted (it is deleted when training ends). The
+    restore at the start of ``fit()`` (tf_keras' ``WorkerTrainingState.restore``, on every
+    replica: all read the chief's backup) fails when the backup was written by another network
+    or optimizer (an older version's, under a reused ``--run-id``: a variable of another shape)
+    or is damaged (a truncated or altered file: ``DataLossError``, ``IndexError``, ...).
+    Retrying cannot help, so it is a configuration error (exit 1, no re-creation), and a
+    non-chief replica removes its temporary write directory (``backup/workertemp_<task>``)
+    first. Errors raised anywhere else, and a lost peer (retryable,
+    :data:`PEER_LOST_ERRORS`), propagate unchanged.
 
     Raises (from ``fit()``):
-        ConfigError: the backup does not match the model (``tf.train.Checkpoint``'s
-            ``ValueError`` or ``AssertionError``), naming ``backup_dir``.
+        ConfigError: the restore failed, naming ``backup_dir``.
     """
+    import traceback
+
+    import tensorflow as tf
     import tf_keras as keras
+    from tf_keras.src.distribute import distributed_file_utils, worker_training_state
+
+    def in_restore(exc: BaseException) -> bool:
+        restore = worker_training_state.WorkerTrainingState.restore.__code__
+        return any(f.f_code is restore for f, _ in traceback.walk_tb(exc.__traceback__))
 
     class RefusingBackupAndRestore(keras.callbacks.BackupAndRestore):
         def on_train_begin(self, logs=None):
             try:
                 super().on_train_begin(logs)
-            except (AssertionError, ValueError) as e:
+            except Exception as e:
+                peer_lost = any(isinstance(e, getattr(tf.errors, n)) for n in PEER_LOST_ERRORS)
+                if peer_lost or not in_restore(e):
+                    raise
+                strategy = self.model.distribute_strategy
+                distributed_file_utils.remove_temp_dirpath(str(backup_dir), strategy)
                 first = str(e).splitlines()[0] if str(e) else type(e).__name__
                 raise ConfigError(
-                    f"backup {backup_dir} holds another network's training state (an older "
-                    f"version's?); train under a new --run-id: {first}"
+                    f"backup {backup_dir} cannot be restored (another network's or optimizer's "
+                    f"training state, an older version's?, or a damaged file); delete it or "
+                    f"train under a new --run-id: {type(e).__name__}: {first}"
                 ) from e
 
     return RefusingBackupAndRestore(backup_dir=str(backup_dir))

@@ -102,18 +102,9 @@ def test_a_backup_of_another_network_is_a_one_line_error(tmp_path, data_dir):
     import subprocess
     import sys
 
-    import tensorflow as tf
-
-    from training.models import build_model
-
     args = _args(tmp_path)  # cnn, run id r1
     backup = train.checkpoint_dir(args) / "backup"
-    state = tf.train.Checkpoint(  # what tf_keras' WorkerTrainingState backs up
-        model=build_model("batch_norm"),  # other layers and shapes
-        ckpt_saved_epoch=tf.Variable(0, dtype=tf.int64),
-        ckpt_saved_batch=tf.Variable(-1, dtype=tf.int64),
-    )
-    tf.train.CheckpointManager(state, str(backup / "chief"), max_to_keep=1).save()
+    _backup(backup, "batch_norm")  # other layers and shapes
     argv = ["--model-type", "cnn", "--epochs", "2", "--train-examples", "2048"]
     argv += ["--validation-examples", "512", "--precision", "float32", "--run-id", "r1"]
     argv += ["--checkpoint-dir", str(tmp_path / "ckpt"), "--saved-model-dir", str(tmp_path / "c")]
@@ -137,5 +128,77 @@ def test_a_backup_of_another_network_is_a_one_line_error(tmp_path, data_dir):
         ln for ln in proc.stderr.splitlines() if ln.startswith("python -m training.train: error: ")
     ]
     assert len(errors) == 1, proc.stderr[-2000:]
-    assert f"backup {backup} holds another network" in errors[0], errors[0]
+    assert f"backup {backup} cannot be restored (another network's" in errors[0], errors[0]
     assert not (tmp_path / "c").exists()  # nothing exported
+
+
+def _backup(backup, model_type="batch_norm"):
+    """Write what tf_keras' WorkerTrainingState backs up, for ``model_type``'s network."""
+    import tensorflow as tf
+
+    from training.models import build_model
+
+    state = tf.train.Checkpoint(
+        model=build_model(model_type),
+        ckpt_saved_epoch=tf.Variable(0, dtype=tf.int64),
+        ckpt_saved_batch=tf.Variable(-1, dtype=tf.int64),
+    )
+    tf.train.CheckpointManager(state, str(backup / "chief"), max_to_keep=1).save()
+
+
+def _callback_on(backup):
+    """train.backup_and_restore(backup) on a compiled cnn, as fit() would hold it."""
+    import tf_keras as keras
+
+    from training.models import build_model
+
+    model = build_model("cnn")
+    model.compile(optimizer=keras.optimizers.Adam(0.001), loss="categorical_crossentropy")
+    callback = train.backup_and_restore(backup)
+    callback.set_model(model)
+    return callback
+
+
+def _truncate_data(backup):
+    (shard,) = (backup / "chief").glob("ckpt-1.data-*")
+    shard.write_bytes(shard.read_bytes()[:100])
+
+
+@pytest.mark.parametrize("damage", [None, _truncate_data], ids=["another-network", "truncated"])
+def test_a_backup_that_cannot_be_restored_is_a_config_error(tmp_path, damage):
+    """Restoring a backup of another network, or a truncated one, fails inside tf_keras'
+    restore: a ConfigError naming the backup (retrying cannot help)."""
+    from fmnist_common.cli import ConfigError
+
+    backup = tmp_path / "backup"
+    _backup(backup, "batch_norm" if damage is None else "cnn")
+    if damage:
+        damage(backup)
+    with pytest.raises(ConfigError, match=rf"backup {backup} cannot be restored"):
+        _callback_on(backup).on_train_begin()
+
+
+def test_a_backup_of_the_same_network_resumes(tmp_path):
+    backup = tmp_path / "backup"
+    _backup(backup, "cnn")
+    callback = _callback_on(backup)
+    callback.on_train_begin()  # restored, no error
+    assert int(callback._training_state._ckpt_saved_epoch.numpy()) == 0
+
+
+def test_an_error_outside_the_restore_is_not_blamed_on_the_backup(tmp_path, monkeypatch):
+    """A bug before the restore (here: the optimizer's build) keeps its own exception, with a
+    backup present or not."""
+    import tf_keras as keras
+
+    def broken(self, var_list):
+        raise ValueError("a genuine bug")
+
+    for backup in (tmp_path / "none", tmp_path / "backup"):
+        if backup.name == "backup":
+            _backup(backup, "cnn")
+        callback = _callback_on(backup)
+        monkeypatch.setattr(keras.optimizers.Adam, "build", broken)
+        with pytest.raises(ValueError, match="a genuine bug"):
+            callback.on_train_begin()
+        monkeypatch.undo()

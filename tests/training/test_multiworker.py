@@ -154,3 +154,43 @@ def test_a_chief_re_created_after_training_exports_alone(tmp_path, data_dir, tes
     ]
     np.testing.assert_allclose(answers[0].numpy(), answers[1].numpy(), rtol=1e-5, atol=1e-6)
     shutil.rmtree(first)
+
+
+def test_a_backup_of_another_network_stops_both_workers_in_one_line(tmp_path, data_dir):
+    """A reused --run-id whose interrupted run's backup holds another network: both replicas
+    fail at the restore with one line (exit 1: retrying cannot help), neither waits for the
+    other, and the non-chief's temporary backup directory does not survive."""
+    from training import train
+    from training.models import build_model
+
+    work = tmp_path / "shared"
+    argv = _args(work, "cnn", "r1", 2, "float32", data_dir)
+    backup = train.checkpoint_dir(train.build_parser().parse_args(argv)) / "backup"
+    state = tf.train.Checkpoint(  # what tf_keras' WorkerTrainingState backs up
+        model=build_model("batch_norm"),
+        ckpt_saved_epoch=tf.Variable(0, dtype=tf.int64),
+        ckpt_saved_batch=tf.Variable(-1, dtype=tf.int64),
+    )
+    tf.train.CheckpointManager(state, str(backup / "chief"), max_to_keep=1).save()
+    peers = [f"{LOOPBACK}:{port}" for port in free_ports(2)]
+    procs = []
+    for index in (0, 1):
+        tf_config = {"cluster": {"worker": peers}, "task": {"type": "worker", "index": index}}
+        env = {**os.environ, "TF_CONFIG": json.dumps(tf_config), "TF_CPP_MIN_LOG_LEVEL": "2"}
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "-m", "training.train", *argv],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )  # fmt: skip
+        )
+    for proc in procs:
+        out, _ = proc.communicate(timeout=300)
+        assert proc.returncode == 1, out[-3000:]
+        assert "Traceback" not in out, out[-3000:]
+        errors = [ln for ln in out.splitlines() if "python -m training.train: error: " in ln]
+        assert len(errors) == 1 and f"backup {backup} cannot be restored" in errors[0], errors
+    assert _leftovers(work) == []
+    assert not (work / "candidates").exists()
