@@ -422,19 +422,44 @@ def _flat(tree, prefix: str = "") -> dict:
     return {k: v for key, sub in tree.items() for k, v in _flat(sub, f"{prefix}{key}.").items()}
 
 
+# trainer options that tune the runtime only (intra_op_threads: the launcher sets the threads
+# from the cores, which the CPU check compares; its default follows $TF_NUM_INTRAOP_THREADS)
+RUNTIME_ONLY = ("intra_op_threads", "collective_timeout", "profile_batches")
+
+
+def network_description(model) -> str:
+    """A text that changes with a network's architecture, not with its weights or with the
+    names a process gives its layers: each Keras layer's class and configuration (filters,
+    kernels, activations, dropout rates, batch-norm momentum, initialisers...), or a torch
+    module's ``repr`` (its layers and their arguments; an activation called in ``forward()``
+    is not in it)."""
+    if hasattr(model, "get_config") and hasattr(model, "layers"):  # Keras
+        layers = [
+            [type(layer).__name__, {k: v for k, v in layer.get_config().items() if k != "name"}]
+            for layer in model.layers
+        ]
+        return json.dumps(layers, sort_keys=True, default=str)
+    return repr(model)
+
+
 @functools.cache
 def trainer_recipe() -> dict:
     """What shapes a run besides the budget, as a results file records it
     (``meta.trainer_recipe``; ``--resume`` compares it): per trainer module, every option that
     the benchmark leaves at its default (all but those :func:`train_args` and :func:`bench_one`
-    pass), and the trainable parameters of each candidate's network (a changed architecture,
-    such as 2026-12-04's stem). A default changed since a table was measured (the same day's
-    ``--augment``) would otherwise mix two recipes in one table.
+    pass, and :data:`RUNTIME_ONLY`), and each candidate's network: its trainable parameters and
+    a digest of :func:`network_description` (a changed architecture, such as 2026-12-04's stem).
+    A default changed since a table was measured (the same day's ``--augment``) would otherwise
+    mix two recipes in one table. Not seen: code inside the trainers (the augmentation's, the
+    optimizer's constants), which a table's dates and the git history tell.
 
     Returns:
-        ``{"defaults": {module: {dest: value}}, "parameters": {model_type: int}}``, JSON
-        values (tuples as lists), so that a file read back compares equal.
+        ``{"defaults": {module: {dest: value}}, "parameters": {model_type: int},
+        "networks": {model_type: sha256 hex}}``, JSON values (tuples as lists), so that a file
+        read back compares equal.
     """
+    import hashlib
+
     from training import torch_train
     from training import train as tf_train
     from training.models import build_model
@@ -447,16 +472,24 @@ def trainer_recipe() -> dict:
         parser = module.build_parser()
         parsed = vars(parser.parse_args(passed))
         given = {a.dest for a in parser._actions if set(a.option_strings) & set(passed)}
+        given |= set(RUNTIME_ONLY)
         defaults[module.__name__] = {k: v for k, v in sorted(parsed.items()) if k not in given}
-    parameters = {
-        m: (
-            sum(p.numel() for p in build_torch_model().parameters() if p.requires_grad)
-            if job_of(m) == "pytorchjob"
-            else int(sum(math.prod(w.shape) for w in build_model(m).trainable_weights))
-        )
-        for m in CANDIDATES
+    nets = {
+        m: build_torch_model() if job_of(m) == "pytorchjob" else build_model(m) for m in CANDIDATES
     }
-    return json.loads(json.dumps({"defaults": defaults, "parameters": parameters}, default=str))
+    parameters = {
+        m: int(
+            sum(p.numel() for p in net.parameters() if p.requires_grad)
+            if job_of(m) == "pytorchjob"
+            else sum(math.prod(w.shape) for w in net.trainable_weights)
+        )
+        for m, net in nets.items()
+    }
+    networks = {
+        m: hashlib.sha256(network_description(net).encode()).hexdigest() for m, net in nets.items()
+    }
+    recipe = {"defaults": defaults, "parameters": parameters, "networks": networks}
+    return json.loads(json.dumps(recipe, default=str))
 
 
 def best_variants(summary: list[dict]) -> dict[str, str]:
@@ -548,6 +581,9 @@ def resumed(path: Path, budget: str, precision: str | None = None) -> dict:
         dates = meta.get("dates") or [meta["date"]]
         if not (isinstance(dates, list) and all(isinstance(d, str) for d in dates)):
             raise ValueError(f"meta.dates is not a list of dates: {dates!r}")
+        for key in ("budget_params", "trainer_recipe"):  # absent in older files, else dicts
+            if not isinstance(meta.get(key, {}), dict):
+                raise ValueError(f"meta.{key} is not an object: {meta[key]!r}")
         result["meta"] = {**meta, "dates": dates}
         budget_held, cpu = meta["budget"], {key: cpu[key] for key in ("model", "cores", "flags")}
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
@@ -571,7 +607,7 @@ def resumed(path: Path, budget: str, precision: str | None = None) -> dict:
             f"({held!r}, now {budget_meta(today)!r}); start a new table with --overwrite"
         )
     recipe = meta.get("trainer_recipe")  # absent in files written before 2026-12-04 night
-    if recipe is not None and recipe != trainer_recipe():
+    if recipe is not None and _flat(recipe) != _flat(trainer_recipe()):
         was, now = _flat(recipe), _flat(trainer_recipe())
         changed = sorted(k for k in {*was, *now} if was.get(k, "-") != now.get(k, "-"))
         raise ResumeError(

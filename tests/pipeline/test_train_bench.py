@@ -295,6 +295,48 @@ def test_resume_refuses_a_changed_trainer_default_or_network(tmp_path, monkeypat
         train_bench.resumed(path, "full")
 
 
+def test_the_recorded_networks_change_with_the_architecture_not_the_process(monkeypatch):
+    """A change that keeps the parameter count (a dropout rate) changes the network's digest;
+    layer names (which depend on how many models a process built) and the runtime's thread
+    setting do not."""
+    import tf_keras as keras
+
+    from training.models import build_model
+
+    train_bench.trainer_recipe.cache_clear()
+    recipe = train_bench.trainer_recipe()
+    build_model("dropout")  # shifts the automatic layer names of later models
+    monkeypatch.setenv("TF_NUM_INTRAOP_THREADS", "1")  # --intra-op-threads' default
+    train_bench.trainer_recipe.cache_clear()
+    assert train_bench.trainer_recipe() == recipe
+    assert not set(train_bench.RUNTIME_ONLY) & set(recipe["defaults"]["training.train"])
+    init = keras.layers.Dropout.__init__
+
+    def rate_09(self, rate, *args, **kwargs):
+        init(self, 0.9, *args, **kwargs)
+
+    monkeypatch.setattr(keras.layers.Dropout, "__init__", rate_09)
+    train_bench.trainer_recipe.cache_clear()
+    try:
+        other = train_bench.trainer_recipe()
+    finally:
+        monkeypatch.undo()
+        train_bench.trainer_recipe.cache_clear()
+    assert other["parameters"] == recipe["parameters"]
+    assert other["networks"]["dropout"] != recipe["networks"]["dropout"]
+    assert other["networks"]["batch_norm"] == recipe["networks"]["batch_norm"]
+
+
+@pytest.mark.parametrize("key", ["trainer_recipe", "budget_params"])
+@pytest.mark.parametrize("value", [None, [1], "x", 3])
+def test_resume_refuses_a_recipe_or_budget_record_of_the_wrong_type(tmp_path, key, value):
+    path = _saved(tmp_path)
+    saved = json.loads(path.read_text())
+    path.write_text(json.dumps({**saved, "meta": {**saved["meta"], key: value}}))
+    with pytest.raises(train_bench.ResumeError, match=rf"not a results file .*meta\.{key}"):
+        train_bench.resumed(path, "full")
+
+
 def test_precision_option_reaches_every_run_and_guards_resume(tmp_path, monkeypatch):
     """``--precision float32`` replaces the budget's (``auto``) in every run and scaling row
     and in the recorded budget, so a float32 table is not resumed as an ``auto`` one."""
