@@ -115,7 +115,7 @@ ROUNDS = {
     4: (
         {"ema": 0.995, "lr": 0.01, "aug": "shift-flip", "epochs": 16, "arch": {"stem": 8}},
         {
-            "S8_16": {},
+            "S8_16_r4": {},  # round 3's S8_16 again, scored over 10 views too
             "S8_d512_16": {"arch": {"stem": 8, "d": 512}},
             "S8x2_16": {"arch": {"stem": 8, "stem2": 8}},
             "S12_16": {"arch": {"stem": 12}},
@@ -151,10 +151,13 @@ def round_configs(number: int) -> list[dict]:
 def build_net(c1=48, c2=96, d=256, stem=0, c3=0, k1=3, stem2=0, stem_k=3, act="relu", ddrop=0.0):
     """The ``batch_norm`` network with knobs, NCHW float32 0..255 in, logits out.
 
-    ``stem``: filters of a stride-1 3x3 convolution at 28x28 before the first stride-2 one
-    (0: none, the network of 2026-12-04 morning); ``k1``: the first stride-2 convolution's
-    kernel; ``c1``, ``c2``: the stride-2 convolutions' filters; ``c3``: a stride-1
-    convolution at 7x7 (0: none); ``d``: dense units. Paddings are Keras' "same".
+    ``stem``: filters of a stride-1 convolution at 28x28 (``stem_k`` x ``stem_k``, 3x3 by
+    default) before the first stride-2 one (0: none, the network of 2026-12-04 morning);
+    ``stem2``: filters of a second stride-1 3x3 one after it (0: none); ``k1``: the first
+    stride-2 convolution's kernel; ``c1``, ``c2``: the stride-2 convolutions' filters; ``c3``:
+    a stride-1 convolution at 7x7 (0: none); ``d``: dense units; ``act``: ``relu`` or
+    ``silu`` after every convolution and the dense layer; ``ddrop``: dropout after the dense
+    layer (0: none). Paddings are Keras' "same". The defaults are rounds 1-3's network.
     """
     import torch.nn.functional as F
     from torch import nn
