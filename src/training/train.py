@@ -670,6 +670,8 @@ def backup_and_restore(backup_dir: Path):
 
     import tensorflow as tf
     import tf_keras as keras
+
+    # tf_keras' own modules behind BackupAndRestore (tf-keras is pinned in pyproject.toml)
     from tf_keras.src.distribute import distributed_file_utils, worker_training_state
 
     def in_restore(exc: BaseException) -> bool:
