@@ -651,49 +651,80 @@ def export_finished(
 
 def backup_and_restore(backup_dir: Path):
     """Keras' ``BackupAndRestore`` callback for ``backup_dir``, which refuses in one line a
-    backup it cannot restore.
+    backup it cannot restore, or restores only in part.
 
     A backup is left by a run that was interrupted (it is deleted when training ends). The
-    restore at the start of ``fit()`` (tf_keras' ``WorkerTrainingState.restore``, on every
-    replica: all read the chief's backup) fails when the backup was written by another network
-    or optimizer (an older version's, under a reused ``--run-id``: a variable of another shape)
-    or is damaged (a truncated or altered file: ``DataLossError``, ``IndexError``, ...).
-    Retrying cannot help, so it is a configuration error (exit 1, no re-creation), and a
-    non-chief replica removes its temporary write directory (``backup/workertemp_<task>``)
-    first. Errors raised anywhere else, and a lost peer (retryable,
-    :data:`PEER_LOST_ERRORS`), propagate unchanged.
+    restore at the start of ``fit()`` (tf_keras' ``WorkerTrainingState``, on every replica: all
+    read the chief's backup) raises when the backup is damaged (a truncated or altered file,
+    an unreadable checkpoint state) or holds a variable of another shape (another network or
+    optimizer: an older version's, under a reused ``--run-id``), and says nothing when a
+    variable of this run is missing from it (a network with a layer more); after a restore
+    this callback checks that every variable of the run was restored
+    (``assert_existing_objects_matched``; variables the backup has beyond them, such as another
+    Adam variant's, are ignored). Retrying cannot help, so these are configuration errors (exit
+    1, no re-creation), and a non-chief replica removes its temporary write directory
+    (``backup/workertemp_<task>``) first. Other errors, and any raised outside the restore,
+    propagate unchanged (a lost peer stays retryable, :data:`PEER_LOST_ERRORS`).
 
     Raises (from ``fit()``):
-        ConfigError: the restore failed, naming ``backup_dir``.
+        ConfigError: the backup cannot be restored, naming ``backup_dir``.
     """
     import traceback
 
     import tensorflow as tf
     import tf_keras as keras
+    from tensorflow.python.checkpoint import checkpoint_management
 
     # tf_keras' own modules behind BackupAndRestore (tf-keras is pinned in pyproject.toml)
     from tf_keras.src.distribute import distributed_file_utils, worker_training_state
 
-    def in_restore(exc: BaseException) -> bool:
-        restore = worker_training_state.WorkerTrainingState.restore.__code__
-        return any(f.f_code is restore for f, _ in traceback.walk_tb(exc.__traceback__))
+    reading = (  # the code that reads a backup
+        worker_training_state.WorkerTrainingState.restore.__code__,
+        checkpoint_management.get_checkpoint_state.__code__,
+    )
+    # what reading a backup that does not fit raises: another shape, a truncated shard or index,
+    # a checksum, a missing file, an unreadable checkpoint state (not: a full disk, a lost peer)
+    unusable = (
+        ValueError,
+        IndexError,
+        tf.errors.DataLossError,
+        tf.errors.NotFoundError,
+        tf.errors.InvalidArgumentError,
+    )
+
+    def unreadable(e: BaseException) -> bool:
+        """``e`` says the backup cannot be read into this run (OpError itself: "not an
+        sstable"), and was raised while reading it."""
+        if not (isinstance(e, unusable) or type(e) is tf.errors.OpError):
+            return False
+        return any(f.f_code in reading for f, _ in traceback.walk_tb(e.__traceback__))
 
     class RefusingBackupAndRestore(keras.callbacks.BackupAndRestore):
+        def refuse(self, e: BaseException) -> None:
+            distributed_file_utils.remove_temp_dirpath(
+                str(backup_dir), self.model.distribute_strategy
+            )
+            first = str(e).splitlines()[0] if str(e) else type(e).__name__
+            raise ConfigError(
+                f"backup {backup_dir} cannot be restored (another network's or optimizer's "
+                f"training state, an older version's?, or a damaged file); delete it or train "
+                f"under a new --run-id: {type(e).__name__}: {first}"
+            ) from e
+
         def on_train_begin(self, logs=None):
             try:
                 super().on_train_begin(logs)
             except Exception as e:
-                peer_lost = any(isinstance(e, getattr(tf.errors, n)) for n in PEER_LOST_ERRORS)
-                if peer_lost or not in_restore(e):
+                if not unreadable(e):
                     raise
-                strategy = self.model.distribute_strategy
-                distributed_file_utils.remove_temp_dirpath(str(backup_dir), strategy)
-                first = str(e).splitlines()[0] if str(e) else type(e).__name__
-                raise ConfigError(
-                    f"backup {backup_dir} cannot be restored (another network's or optimizer's "
-                    f"training state, an older version's?, or a damaged file); delete it or "
-                    f"train under a new --run-id: {type(e).__name__}: {first}"
-                ) from e
+                self.refuse(e)
+            manager = self._training_state.read_checkpoint_manager
+            if manager.latest_checkpoint:  # restored: was every variable of this run in it?
+                status = manager.checkpoint.restore(manager.latest_checkpoint)
+                try:
+                    status.assert_existing_objects_matched()
+                except AssertionError as e:
+                    self.refuse(e)
 
     return RefusingBackupAndRestore(backup_dir=str(backup_dir))
 

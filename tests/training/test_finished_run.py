@@ -132,30 +132,44 @@ def test_a_backup_of_another_network_is_a_one_line_error(tmp_path, data_dir):
     assert not (tmp_path / "c").exists()  # nothing exported
 
 
-def _backup(backup, model_type="batch_norm"):
-    """Write what tf_keras' WorkerTrainingState backs up, for ``model_type``'s network."""
+def _compiled(model_type="cnn"):
+    """``model_type``'s network compiled as the trainer compiles it, its optimizer built (what
+    BackupAndRestore does before restoring)."""
+    import tf_keras as keras
+
+    from training.models import build_model
+
+    model = build_model(model_type)
+    model.compile(
+        optimizer=keras.optimizers.Adam(0.001),
+        loss=keras.losses.CategoricalCrossentropy(from_logits=True),
+        metrics=["accuracy"],
+    )
+    model.optimizer.build(model.trainable_variables)
+    return model
+
+
+def _backup(backup, model_type="batch_norm", optimizer=True):
+    """Write what tf_keras' WorkerTrainingState backs up, for ``model_type``'s network (with its
+    optimizer's state unless ``optimizer`` is false)."""
     import tensorflow as tf
 
     from training.models import build_model
 
+    model = _compiled(model_type) if optimizer else build_model(model_type)
     state = tf.train.Checkpoint(
-        model=build_model(model_type),
+        model=model,
         ckpt_saved_epoch=tf.Variable(0, dtype=tf.int64),
         ckpt_saved_batch=tf.Variable(-1, dtype=tf.int64),
+        train_counter=model._train_counter,
     )
     tf.train.CheckpointManager(state, str(backup / "chief"), max_to_keep=1).save()
 
 
 def _callback_on(backup):
     """train.backup_and_restore(backup) on a compiled cnn, as fit() would hold it."""
-    import tf_keras as keras
-
-    from training.models import build_model
-
-    model = build_model("cnn")
-    model.compile(optimizer=keras.optimizers.Adam(0.001), loss="categorical_crossentropy")
     callback = train.backup_and_restore(backup)
-    callback.set_model(model)
+    callback.set_model(_compiled("cnn"))
     return callback
 
 
@@ -164,32 +178,77 @@ def _truncate_data(backup):
     shard.write_bytes(shard.read_bytes()[:100])
 
 
-@pytest.mark.parametrize("damage", [None, _truncate_data], ids=["another-network", "truncated"])
-def test_a_backup_that_cannot_be_restored_is_a_config_error(tmp_path, damage):
-    """Restoring a backup of another network, or a truncated one, fails inside tf_keras'
-    restore: a ConfigError naming the backup (retrying cannot help)."""
+def _truncate_index(backup):
+    (index,) = (backup / "chief").glob("ckpt-1.index")
+    index.write_bytes(index.read_bytes()[:10])
+
+
+def _empty_state(backup):
+    (backup / "chief" / "checkpoint").write_text("")
+
+
+@pytest.mark.parametrize(
+    ("model_type", "optimizer", "damage"),
+    [
+        ("batch_norm", True, None),  # another network: variables of other shapes
+        ("cnn", False, None),  # the optimizer's variables missing
+        ("cnn", True, _truncate_data),
+        ("cnn", True, _truncate_index),
+        ("cnn", True, _empty_state),
+    ],
+    ids=["another-network", "no-optimizer-state", "truncated-data", "truncated-index", "state"],
+)
+def test_a_backup_that_cannot_be_restored_is_a_config_error(
+    tmp_path, model_type, optimizer, damage
+):
+    """A backup of another network, one without this run's optimizer state, or a damaged one:
+    a ConfigError naming the backup (retrying cannot help)."""
     from fmnist_common.cli import ConfigError
 
     backup = tmp_path / "backup"
-    _backup(backup, "batch_norm" if damage is None else "cnn")
+    _backup(backup, model_type, optimizer)
     if damage:
         damage(backup)
     with pytest.raises(ConfigError, match=rf"backup {backup} cannot be restored"):
         _callback_on(backup).on_train_begin()
 
 
-def test_a_backup_of_the_same_network_resumes(tmp_path):
+def test_an_interrupted_run_resumes_from_its_backup(tmp_path, test_slice):
+    """The backup tf_keras itself writes (model, optimizer, counters, after a real epoch) passes
+    the check, and the next fit() starts at the epoch after it."""
+    import numpy as np
+    import tf_keras as keras
+
+    images, labels = test_slice
+    onehot = np.eye(10, dtype="float32")[labels]
     backup = tmp_path / "backup"
-    _backup(backup, "cnn")
-    callback = _callback_on(backup)
-    callback.on_train_begin()  # restored, no error
-    assert int(callback._training_state._ckpt_saved_epoch.numpy()) == 0
+
+    class Killed(keras.callbacks.Callback):
+        def on_epoch_end(self, epoch, logs=None):
+            raise RuntimeError("killed after the first epoch")
+
+    model = _compiled("cnn")
+    with pytest.raises(RuntimeError, match="killed"):
+        model.fit(images, onehot, epochs=2, batch_size=100, verbose=0,
+                  callbacks=[train.backup_and_restore(backup), Killed()])  # fmt: skip
+    assert list((backup / "chief").glob("ckpt-*.index"))  # the backup of epoch 1
+    again = _compiled("cnn").fit(
+        images, onehot, epochs=2, batch_size=100, verbose=0,
+        callbacks=[train.backup_and_restore(backup)],
+    )  # fmt: skip
+    assert again.epoch == [1]  # resumed: only the second epoch ran
+    assert not backup.exists() or not any(backup.iterdir())  # deleted when training ended
 
 
 def test_an_error_outside_the_restore_is_not_blamed_on_the_backup(tmp_path, monkeypatch):
     """A bug before the restore (here: the optimizer's build) keeps its own exception, with a
-    backup present or not."""
+    backup present or not; so does an error of another kind inside the restore (here: out of
+    memory)."""
+    import traceback
+
+    import tensorflow as tf
     import tf_keras as keras
+    from tf_keras.src.distribute import worker_training_state
 
     def broken(self, var_list):
         raise ValueError("a genuine bug")
@@ -197,8 +256,19 @@ def test_an_error_outside_the_restore_is_not_blamed_on_the_backup(tmp_path, monk
     for backup in (tmp_path / "none", tmp_path / "backup"):
         if backup.name == "backup":
             _backup(backup, "cnn")
-        callback = _callback_on(backup)
+        callback = train.backup_and_restore(backup)
+        callback.set_model(keras.models.clone_model(_compiled("cnn")))  # optimizer not built
+        callback.model.compile(optimizer=keras.optimizers.Adam(0.001), loss="mse")
         monkeypatch.setattr(keras.optimizers.Adam, "build", broken)
         with pytest.raises(ValueError, match="a genuine bug"):
             callback.on_train_begin()
         monkeypatch.undo()
+
+    def oom(self, *args, **kwargs):
+        raise tf.errors.ResourceExhaustedError(None, None, "out of memory")
+
+    monkeypatch.setattr(tf.train.Checkpoint, "restore", oom)  # inside WorkerTrainingState.restore
+    with pytest.raises(tf.errors.ResourceExhaustedError, match="out of memory") as raised:
+        _callback_on(tmp_path / "backup").on_train_begin()
+    restore = worker_training_state.WorkerTrainingState.restore.__code__
+    assert any(f.f_code is restore for f, _ in traceback.walk_tb(raised.value.__traceback__))

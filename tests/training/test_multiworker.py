@@ -173,24 +173,91 @@ def test_a_backup_of_another_network_stops_both_workers_in_one_line(tmp_path, da
     )
     tf.train.CheckpointManager(state, str(backup / "chief"), max_to_keep=1).save()
     peers = [f"{LOOPBACK}:{port}" for port in free_ports(2)]
+    scratch_tmp = tmp_path / "local-tmp"  # each replica's TMPDIR, as _train gives it
+    scratch_tmp.mkdir()
     procs = []
-    for index in (0, 1):
-        tf_config = {"cluster": {"worker": peers}, "task": {"type": "worker", "index": index}}
-        env = {**os.environ, "TF_CONFIG": json.dumps(tf_config), "TF_CPP_MIN_LOG_LEVEL": "2"}
-        procs.append(
-            subprocess.Popen(
-                [sys.executable, "-m", "training.train", *argv],
-                env=env,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                text=True,
-            )  # fmt: skip
-        )
-    for proc in procs:
-        out, _ = proc.communicate(timeout=300)
+    try:
+        for index in (0, 1):
+            tf_config = {"cluster": {"worker": peers}, "task": {"type": "worker", "index": index}}
+            env = {**os.environ, "TF_CONFIG": json.dumps(tf_config), "TF_CPP_MIN_LOG_LEVEL": "2"}
+            env["TMPDIR"] = str(scratch_tmp)
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, "-m", "training.train", *argv],
+                    env=env,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    text=True,
+                )  # fmt: skip
+            )
+        outs = [proc.communicate(timeout=300)[0] for proc in procs]
+    finally:
+        for proc in procs:  # a failure must not leave a replica running
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+    for proc, out in zip(procs, outs, strict=True):
         assert proc.returncode == 1, out[-3000:]
         assert "Traceback" not in out, out[-3000:]
         errors = [ln for ln in out.splitlines() if "python -m training.train: error: " in ln]
         assert len(errors) == 1 and f"backup {backup} cannot be restored" in errors[0], errors
-    assert _leftovers(work) == []
+    assert _leftovers(work, scratch_tmp) == []
+    assert list(scratch_tmp.glob(f"{train.SCRATCH_PREFIX}*")) == []  # the non-chief's scratch
     assert not (work / "candidates").exists()
+
+
+def test_two_workers_killed_after_an_epoch_resume_from_the_backup(tmp_path, data_dir):
+    """Both replicas killed (SIGKILL) once a backup exists (after epoch N of a long run): started
+    again with N + 1 epochs they restore it (every variable of the run matched), train only
+    the last epoch, and the chief exports."""
+    import time
+
+    from training import train
+
+    work = tmp_path / "shared"
+    argv = _args(work, "cnn", "r1", 2, "float32", data_dir)
+    backup = train.checkpoint_dir(train.build_parser().parse_args(argv)) / "backup" / "chief"
+    peers = [f"{LOOPBACK}:{port}" for port in free_ports(2)]
+    procs = []
+    try:
+        for index in (0, 1):
+            tf_config = {"cluster": {"worker": peers}, "task": {"type": "worker", "index": index}}
+            env = {**os.environ, "TF_CONFIG": json.dumps(tf_config), "TF_CPP_MIN_LOG_LEVEL": "2"}
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, "-m", "training.train", *argv, "--epochs", "40"],
+                    env=env,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )  # fmt: skip
+            )
+        deadline = time.monotonic() + 300
+        while not tf.train.latest_checkpoint(str(backup)) and time.monotonic() < deadline:
+            assert all(p.poll() is None for p in procs), "a replica ended before its backup"
+            time.sleep(0.1)
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+    latest = tf.train.latest_checkpoint(str(backup))  # ckpt-N: saved after epoch N
+    assert latest, "no backup within 300 s"
+    done = int(latest.rsplit("-", 1)[1])
+    scratch_tmp = tmp_path / "local-tmp"
+    scratch_tmp.mkdir()
+    env = {"TMPDIR": str(scratch_tmp), "TF_CPP_MIN_LOG_LEVEL": "2"}
+    lines = []
+
+    class Lines:
+        def write(self, text):
+            lines.append(text)
+
+        def flush(self):
+            pass
+
+    epochs = ["--epochs", str(done + 1)]  # one epoch left after the backup's
+    launch([*argv, *epochs], num_workers=2, name="cnn", env=env, timeout=600, out=Lines())
+    out = "".join(lines)
+    assert f"Epoch {done + 1}/{done + 1}" in out, out[-3000:]
+    assert f"Epoch 1/{done + 1}" not in out, out[-3000:]  # done >= 1
+    assert (work / "candidates" / "cnn" / "saved_model.pb").is_file()
+    assert _leftovers(work, scratch_tmp) == []
