@@ -297,18 +297,25 @@ def test_resume_refuses_a_changed_trainer_default_or_network(tmp_path, monkeypat
 
 def test_the_recorded_networks_change_with_the_architecture_not_the_process(monkeypatch):
     """A change that keeps the parameter count (a dropout rate) changes the network's digest;
-    layer names (which depend on how many models a process built) and the runtime's thread
-    setting do not."""
+    layer names (which depend on how many models a process built), the global dtype policy
+    and the runtime's thread setting do not."""
     import tf_keras as keras
-
-    from training.models import build_model
 
     train_bench.trainer_recipe.cache_clear()
     recipe = train_bench.trainer_recipe()
-    build_model("dropout")  # shifts the automatic layer names of later models
     monkeypatch.setenv("TF_NUM_INTRAOP_THREADS", "1")  # --intra-op-threads' default
+    keras.mixed_precision.set_global_policy("mixed_bfloat16")  # what a trainer leaves set
     train_bench.trainer_recipe.cache_clear()
-    assert train_bench.trainer_recipe() == recipe
+    try:
+        assert train_bench.trainer_recipe() == recipe
+        assert keras.mixed_precision.global_policy().name == "mixed_bfloat16"  # restored
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+    # layers named by Keras (dense, dense_1, ...: how many a process built before)
+    first, second = (keras.Sequential([keras.layers.Dense(2)]) for _ in range(2))
+    assert first.layers[0].name != second.layers[0].name
+    described = [train_bench.network_description(m) for m in (first, second)]
+    assert described[0] == described[1]
     assert not set(train_bench.RUNTIME_ONLY) & set(recipe["defaults"]["training.train"])
     init = keras.layers.Dropout.__init__
 
