@@ -66,6 +66,7 @@ from training.train import (
     SHIFT_PIXELS,
     add_shared_arguments,
     checkpoint_dir,
+    unusable_checkpoint,
 )
 
 log = logging.getLogger("training.torch_train")
@@ -178,9 +179,8 @@ def load_model_state(model, state: dict, path: Path) -> None:
     try:
         model.load_state_dict(state["model"])
     except RuntimeError as e:
-        raise ConfigError(
-            f"checkpoint {path} holds another network's weights (an older version's?); train "
-            f"under a new --run-id: {str(e).splitlines()[0]}"
+        raise unusable_checkpoint(
+            f"checkpoint {path} holds another network's weights (an older version's?)", e
         ) from e
 
 

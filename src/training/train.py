@@ -631,9 +631,8 @@ def export_finished(
     try:
         model.load_weights(str(weights)).expect_partial().assert_existing_objects_matched()
     except (AssertionError, ValueError) as e:  # tf.train.Checkpoint's errors for other shapes
-        raise ConfigError(
-            f"checkpoint {weights} holds another network's weights (an older version's?); "
-            f"train under a new --run-id: {str(e).splitlines()[0] if str(e) else type(e).__name__}"
+        raise unusable_checkpoint(
+            f"checkpoint {weights} holds another network's weights (an older version's?)", e
         ) from e
     log.info("training finished already; the chief exports %s alone", weights)
     dirs = run_dirs(args, task)
@@ -647,6 +646,17 @@ def export_finished(
     )
     log.info("chief exported %s", saved)
     return history
+
+
+def unusable_checkpoint(problem: str, exc: BaseException) -> ConfigError:
+    """The one-line error for a checkpoint or backup that this run cannot use (TensorFlow's and
+    torch's own errors run to many lines): ``problem``, which names the file, the way out, and
+    the first line of ``exc``. Used by the TF export of a finished run, the backup restore
+    (:func:`backup_and_restore`) and :func:`training.torch_train.load_model_state`."""
+    first = str(exc).splitlines()[0] if str(exc) else ""
+    return ConfigError(
+        f"{problem}; train under a new --run-id, or delete it: {type(exc).__name__}: {first}"
+    )
 
 
 def backup_and_restore(backup_dir: Path):
@@ -704,11 +714,10 @@ def backup_and_restore(backup_dir: Path):
             distributed_file_utils.remove_temp_dirpath(
                 str(backup_dir), self.model.distribute_strategy
             )
-            first = str(e).splitlines()[0] if str(e) else type(e).__name__
-            raise ConfigError(
+            raise unusable_checkpoint(
                 f"backup {backup_dir} cannot be restored (another network's or optimizer's "
-                f"training state, an older version's?, or a damaged file); delete it or train "
-                f"under a new --run-id: {type(e).__name__}: {first}"
+                "training state, an older version's?, or a damaged file)",
+                e,
             ) from e
 
         def on_train_begin(self, logs=None):
