@@ -460,11 +460,10 @@ def trainer_recipe() -> dict:
     """
     import hashlib
 
-    import tf_keras as keras
-
     from training import torch_train
     from training import train as tf_train
     from training.models import build_model
+    from training.precision import built_in_float32
 
     try:
         from training.torch_model import build_torch_model
@@ -480,16 +479,11 @@ def trainer_recipe() -> dict:
         given = {a.dest for a in parser._actions if set(a.option_strings) & set(passed)}
         given |= set(RUNTIME_ONLY)
         defaults[module.__name__] = {k: v for k, v in sorted(parsed.items()) if k not in given}
-    policy = keras.mixed_precision.global_policy()  # layer configs record the dtype policy
-    keras.mixed_precision.set_global_policy("float32")
-    try:
-        nets = {
-            m: build_torch_model() if job_of(m) == "pytorchjob" else build_model(m)
-            for m in CANDIDATES
-            if job_of(m) != "pytorchjob" or build_torch_model is not None
-        }
-    finally:
-        keras.mixed_precision.set_global_policy(policy)
+    nets = {  # Keras layer configs record the dtype policy they were built under
+        m: build_torch_model() if job_of(m) == "pytorchjob" else built_in_float32(build_model, m)
+        for m in CANDIDATES
+        if job_of(m) != "pytorchjob" or build_torch_model is not None
+    }
     parameters = {
         m: int(
             sum(p.numel() for p in net.parameters() if p.requires_grad)

@@ -107,3 +107,18 @@ def resolve_precision(
     if native:
         return "mixed_bfloat16", f"auto: the CPU computes bfloat16 natively ({', '.join(native)})"
     return "float32", "auto: the CPU has no native bfloat16 (no avx512_bf16/amx_bf16 flag)"
+
+
+def built_in_float32(build, *args, **kwargs):
+    """``build(*args, **kwargs)`` (a Keras model builder) under the float32 policy, the caller's
+    global policy restored afterwards (layers record the policy they were built under: a
+    float32 copy for an export, or a description that must not depend on what a trainer left
+    set). Used by :func:`training.torch_export.to_keras` and the training benchmark."""
+    import tf_keras as keras
+
+    policy = keras.mixed_precision.global_policy().name
+    keras.mixed_precision.set_global_policy("float32")
+    try:
+        return build(*args, **kwargs)
+    finally:
+        keras.mixed_precision.set_global_policy(policy)

@@ -61,16 +61,10 @@ def to_keras(torch_model: BatchNormNet):
         ValueError: ``torch_model`` would not compute what Keras does (a batch-norm epsilon
             other than the Keras layer's, a padding other than Keras' "same").
     """
-    import tf_keras as keras
-
     from training.models import build_model
+    from training.precision import built_in_float32
 
-    policy = keras.mixed_precision.global_policy().name
-    keras.mixed_precision.set_global_policy("float32")  # the export computes in float32
-    try:
-        model = build_model("batch_norm")
-    finally:
-        keras.mixed_precision.set_global_policy(policy)
+    model = built_in_float32(build_model, "batch_norm")  # the export computes in float32
     if tuple(torch_model.same_pad) != SAME_PAD:
         raise ValueError(f"padding {torch_model.same_pad} is not Keras' 'same' {SAME_PAD}")
     stem = torch_model.stem
