@@ -54,3 +54,24 @@ def export_small_model(
     target.parent.mkdir(parents=True, exist_ok=True)
     export_saved_model(model, target)
     return target
+
+
+# the top class's probability lead over the second that makes an image a fair test of decoding:
+# lossy kinds (JPEG, dithering) move pixels by about one grey level, which can flip a near tie
+# whatever the decoder, and says nothing about decoding
+CLEAR_MARGIN = 0.3
+
+
+def clearly_classified(probabilities, n: int, margin: float = CLEAR_MARGIN) -> list[int]:
+    """The first ``n`` row indices of ``probabilities`` (float ``[N, 10]``) whose top class
+    leads the second by at least ``margin``.
+
+    Raises:
+        AssertionError: fewer than ``n`` such rows (the test cannot pick its images).
+    """
+    import numpy as np
+
+    top2 = np.sort(np.asarray(probabilities), axis=1)[:, -2:]
+    clear = [i for i, (second, first) in enumerate(top2) if first - second >= margin]
+    assert len(clear) >= n, f"only {len(clear)} of {len(top2)} images clearly classified"
+    return clear[:n]

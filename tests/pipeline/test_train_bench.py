@@ -123,6 +123,11 @@ def _saved(tmp_path: Path, budget: str = "full", **cpu) -> Path:
     return path
 
 
+def _with_meta(path: Path, saved: dict, **meta) -> None:
+    """Write ``saved`` (a results dict) to ``path`` with ``meta``'s fields replaced."""
+    path.write_text(json.dumps({**saved, "meta": {**saved["meta"], **meta}}))
+
+
 def test_resume_keeps_the_runs_and_skips_them(tmp_path, monkeypatch):
     _saved(tmp_path)
     ran: list = []
@@ -228,10 +233,10 @@ def test_resume_refuses_a_changed_budget(tmp_path):
     path = _saved(tmp_path)
     saved = json.loads(path.read_text())
     params = train_bench.budget_meta(train_bench.budget_of("full"))
-    path.write_text(json.dumps({**saved, "meta": {**saved["meta"], "budget_params": params}}))
+    _with_meta(path, saved, budget_params=params)
     assert train_bench.resumed(path, "full")["rows"] == saved["rows"]
     changed = {**params, "learning_rate": params["learning_rate"] * 2}
-    path.write_text(json.dumps({**saved, "meta": {**saved["meta"], "budget_params": changed}}))
+    _with_meta(path, saved, budget_params=changed)
     with pytest.raises(train_bench.ResumeError, match="budget changed since"):
         train_bench.resumed(path, "full")
     shorter = [{**saved["rows"][0], "epochs": saved["rows"][0]["epochs"] - 1}]
@@ -248,10 +253,10 @@ def test_resume_compares_the_validation_examples_and_accepts_older_files(tmp_pat
     params = train_bench.budget_meta(train_bench.budget_of("full"))
     assert "validation_examples" in params
     older = {k: v for k, v in params.items() if k != "validation_examples"}
-    path.write_text(json.dumps({**saved, "meta": {**saved["meta"], "budget_params": older}}))
+    _with_meta(path, saved, budget_params=older)
     assert train_bench.resumed(path, "full")["rows"] == saved["rows"]
     other = {**params, "validation_examples": params["validation_examples"] + 1000}
-    path.write_text(json.dumps({**saved, "meta": {**saved["meta"], "budget_params": other}}))
+    _with_meta(path, saved, budget_params=other)
     with pytest.raises(train_bench.ResumeError, match="budget changed since"):
         train_bench.resumed(path, "full")
 
@@ -268,7 +273,7 @@ def test_resume_refuses_a_changed_trainer_default_or_network(tmp_path, monkeypat
     recipe = train_bench.trainer_recipe()
     assert recipe["defaults"]["training.train"]["augment"] == "shift-flip"
     assert recipe["parameters"]["batch_norm"] == recipe["parameters"]["pytorch"]  # one network
-    path.write_text(json.dumps({**saved, "meta": {**saved["meta"], "trainer_recipe": recipe}}))
+    _with_meta(path, saved, trainer_recipe=recipe)
     assert train_bench.resumed(path, "full")["rows"] == saved["rows"]
 
     build = tf_train.build_parser
@@ -290,7 +295,7 @@ def test_resume_refuses_a_changed_trainer_default_or_network(tmp_path, monkeypat
         monkeypatch.undo()
         train_bench.trainer_recipe.cache_clear()
     wider = {**recipe, "parameters": {**recipe["parameters"], "cnn": 1}}
-    path.write_text(json.dumps({**saved, "meta": {**saved["meta"], "trainer_recipe": wider}}))
+    _with_meta(path, saved, trainer_recipe=wider)
     with pytest.raises(train_bench.ResumeError, match=r"\(parameters\.cnn\)"):
         train_bench.resumed(path, "full")
 
@@ -339,7 +344,7 @@ def test_the_recorded_networks_change_with_the_architecture_not_the_process(monk
 def test_resume_refuses_a_recipe_or_budget_record_of_the_wrong_type(tmp_path, key, value):
     path = _saved(tmp_path)
     saved = json.loads(path.read_text())
-    path.write_text(json.dumps({**saved, "meta": {**saved["meta"], key: value}}))
+    _with_meta(path, saved, **{key: value})
     with pytest.raises(train_bench.ResumeError, match=rf"not a results file .*meta\.{key}"):
         train_bench.resumed(path, "full")
 

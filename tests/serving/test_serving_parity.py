@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import tf_serving_reference
 from serving_helpers import encode, image_kinds, request_corpus
+from small_model import clearly_classified
 
 from fmnist_common import INPUT_NAME, OUTPUT_NAME, SIGNATURE_KEY
 from serving.model import ImageDecodeError
@@ -66,28 +67,19 @@ def test_local_server_answers_as_tf_serving(live_server, corpus, signature):
     assert not mismatches, mismatches
 
 
-# the top class's probability lead over the second (grey PNG) that makes an image a fair test
-# of decoding: lossy kinds (JPEG, dithering) move pixels by about one grey level, which can
-# flip a near tie whatever the decoder, and says nothing about decoding
-CLEAR_MARGIN = 0.3
-
-
 def _clear_images(client, images, n: int) -> list[int]:
     """The first ``n`` indices of ``images`` (uint8 [N, 28, 28, 1]) whose grey PNG the model
-    classifies with a lead of at least :data:`CLEAR_MARGIN`."""
+    classifies clearly (:func:`small_model.clearly_classified`)."""
     grey = [image_kinds(image[:, :, 0])["png-grey"] for image in images]
     resp = client.post(
         "/v1/models/fashion-mnist:predict", json={"inputs": [{"b64": _b64(b)} for b in grey]}
     )
-    top2 = np.sort(np.array(resp.json()["outputs"]), axis=1)[:, -2:]
-    clear = [i for i, (second, first) in enumerate(top2) if first - second >= CLEAR_MARGIN]
-    assert len(clear) >= n, f"only {len(clear)} of {len(images)} images clearly classified"
-    return clear[:n]
+    return clearly_classified(resp.json()["outputs"], n)
 
 
 def test_every_image_kind_is_served_like_the_grey_original(client, test_images, signature):
     """CMYK, 16-bit, palette, grey+alpha, progressive ...: 200, same class as the grey PNG
-    (on images the model classifies clearly: :data:`CLEAR_MARGIN`)."""
+    (on images the model classifies clearly: :data:`small_model.CLEAR_MARGIN`)."""
     images, _ = test_images
     for idx in _clear_images(client, images, 3):
         kinds = image_kinds(images[idx, :, :, 0])

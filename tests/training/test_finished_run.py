@@ -1,11 +1,13 @@
-"""training.train.finished_run: when a re-created replica may export instead of training again
-(the two-process case is tests/training/test_multiworker.py)."""
+"""training.train.finished_run: when a re-created replica may export instead of training again;
+train.backup_and_restore: which backups an interrupted run resumes from (the two-process cases
+are in tests/training/test_multiworker.py)."""
 
 from __future__ import annotations
 
 import json
 
 import pytest
+from keras_backup import compiled, write_backup  # tests/training/keras_backup.py
 
 from training import train
 from training.tf_config import TaskInfo
@@ -104,7 +106,7 @@ def test_a_backup_of_another_network_is_a_one_line_error(tmp_path, data_dir):
 
     args = _args(tmp_path)  # cnn, run id r1
     backup = train.checkpoint_dir(args) / "backup"
-    _backup(backup, "batch_norm")  # other layers and shapes
+    write_backup(backup, "batch_norm")  # other layers and shapes
     argv = ["--model-type", "cnn", "--epochs", "2", "--train-examples", "2048"]
     argv += ["--validation-examples", "512", "--precision", "float32", "--run-id", "r1"]
     argv += ["--checkpoint-dir", str(tmp_path / "ckpt"), "--saved-model-dir", str(tmp_path / "c")]
@@ -132,44 +134,10 @@ def test_a_backup_of_another_network_is_a_one_line_error(tmp_path, data_dir):
     assert not (tmp_path / "c").exists()  # nothing exported
 
 
-def _compiled(model_type="cnn"):
-    """``model_type``'s network compiled as the trainer compiles it, its optimizer built (what
-    BackupAndRestore does before restoring)."""
-    import tf_keras as keras
-
-    from training.models import build_model
-
-    model = build_model(model_type)
-    model.compile(
-        optimizer=keras.optimizers.Adam(0.001),
-        loss=keras.losses.CategoricalCrossentropy(from_logits=True),
-        metrics=["accuracy"],
-    )
-    model.optimizer.build(model.trainable_variables)
-    return model
-
-
-def _backup(backup, model_type="batch_norm", optimizer=True):
-    """Write what tf_keras' WorkerTrainingState backs up, for ``model_type``'s network (with its
-    optimizer's state unless ``optimizer`` is false)."""
-    import tensorflow as tf
-
-    from training.models import build_model
-
-    model = _compiled(model_type) if optimizer else build_model(model_type)
-    state = tf.train.Checkpoint(
-        model=model,
-        ckpt_saved_epoch=tf.Variable(0, dtype=tf.int64),
-        ckpt_saved_batch=tf.Variable(-1, dtype=tf.int64),
-        train_counter=model._train_counter,
-    )
-    tf.train.CheckpointManager(state, str(backup / "chief"), max_to_keep=1).save()
-
-
 def _callback_on(backup):
     """train.backup_and_restore(backup) on a compiled cnn, as fit() would hold it."""
     callback = train.backup_and_restore(backup)
-    callback.set_model(_compiled("cnn"))
+    callback.set_model(compiled("cnn"))
     return callback
 
 
@@ -206,7 +174,7 @@ def test_a_backup_that_cannot_be_restored_is_a_config_error(
     from fmnist_common.cli import ConfigError
 
     backup = tmp_path / "backup"
-    _backup(backup, model_type, optimizer)
+    write_backup(backup, model_type, optimizer)
     if damage:
         damage(backup)
     with pytest.raises(ConfigError, match=rf"backup {backup} cannot be restored"):
@@ -227,12 +195,12 @@ def test_an_interrupted_run_resumes_from_its_backup(tmp_path, test_slice):
         def on_epoch_end(self, epoch, logs=None):
             raise RuntimeError("killed after the first epoch")
 
-    model = _compiled("cnn")
+    model = compiled("cnn")
     with pytest.raises(RuntimeError, match="killed"):
         model.fit(images, onehot, epochs=2, batch_size=100, verbose=0,
                   callbacks=[train.backup_and_restore(backup), Killed()])  # fmt: skip
     assert list((backup / "chief").glob("ckpt-*.index"))  # the backup of epoch 1
-    again = _compiled("cnn").fit(
+    again = compiled("cnn").fit(
         images, onehot, epochs=2, batch_size=100, verbose=0,
         callbacks=[train.backup_and_restore(backup)],
     )  # fmt: skip
@@ -255,9 +223,9 @@ def test_an_error_outside_the_restore_is_not_blamed_on_the_backup(tmp_path, monk
 
     for backup in (tmp_path / "none", tmp_path / "backup"):
         if backup.name == "backup":
-            _backup(backup, "cnn")
+            write_backup(backup, "cnn")
         callback = train.backup_and_restore(backup)
-        callback.set_model(keras.models.clone_model(_compiled("cnn")))  # optimizer not built
+        callback.set_model(keras.models.clone_model(compiled("cnn")))  # optimizer not built
         callback.model.compile(optimizer=keras.optimizers.Adam(0.001), loss="mse")
         monkeypatch.setattr(keras.optimizers.Adam, "build", broken)
         with pytest.raises(ValueError, match="a genuine bug"):

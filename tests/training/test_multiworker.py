@@ -160,18 +160,14 @@ def test_a_backup_of_another_network_stops_both_workers_in_one_line(tmp_path, da
     """A reused --run-id whose interrupted run's backup holds another network: both replicas
     fail at the restore with one line (exit 1: retrying cannot help), neither waits for the
     other, and the non-chief's temporary backup directory does not survive."""
+    from keras_backup import write_backup  # tests/training/keras_backup.py
+
     from training import train
-    from training.models import build_model
 
     work = tmp_path / "shared"
     argv = _args(work, "cnn", "r1", 2, "float32", data_dir)
     backup = train.checkpoint_dir(train.build_parser().parse_args(argv)) / "backup"
-    state = tf.train.Checkpoint(  # what tf_keras' WorkerTrainingState backs up
-        model=build_model("batch_norm"),
-        ckpt_saved_epoch=tf.Variable(0, dtype=tf.int64),
-        ckpt_saved_batch=tf.Variable(-1, dtype=tf.int64),
-    )
-    tf.train.CheckpointManager(state, str(backup / "chief"), max_to_keep=1).save()
+    write_backup(backup, "batch_norm")
     peers = [f"{LOOPBACK}:{port}" for port in free_ports(2)]
     scratch_tmp = tmp_path / "local-tmp"  # each replica's TMPDIR, as _train gives it
     scratch_tmp.mkdir()
