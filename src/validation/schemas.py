@@ -3,10 +3,14 @@ offline (``KUBE_SCHEMA_DIR``) with the strict built-in schemas ``kubernetes-vali
 
 from __future__ import annotations
 
+import atexit
+import functools
 import json
 import os
 import re
+import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 import kubernetes_validate.utils as kv
@@ -17,6 +21,13 @@ from validation.core import Finding, Obj, finding
 CATALOG_LAYOUT = "{{.Group}}/{{.ResourceKind}}_{{.ResourceAPIVersion}}.json"
 CRDS_CATALOG_URL = "https://raw.githubusercontent.com/datreeio/CRDs-catalog/main/" + CATALOG_LAYOUT
 AT = re.compile(r"- at '([^']*)': (.*?)(?=\s+- at '|$)")
+# kubeconform's verdict on one object, {JSON pointer: [messages]} ({} when valid), by
+# (kubeconform binary, schema locations, Kubernetes version, the object's YAML). The schema
+# files behind a location do not change while a process runs, so an object validated once is
+# not sent to kubeconform again: the same object rendered by a base and its overlays, or by
+# the many validator runs of one test session (each compiles every schema it loads: 0.1-0.5 s
+# a kind). Only verdicts kubeconform returned as JSON are kept.
+_VERDICTS: dict[tuple[str, tuple[str, ...], str, str], dict[str, list[str]]] = {}
 
 
 def kubeconform_path(root: Path) -> str:
@@ -42,6 +53,16 @@ def builtin_schemas(k8s_version: str, dest: Path) -> str:
     return f"{dest}/{{{{.ResourceKind}}}}{{{{.KindSuffix}}}}.json"
 
 
+@functools.cache
+def _builtin_location(k8s_version: str) -> str:
+    """:func:`builtin_schemas` of ``k8s_version`` copied once per process (into a temporary
+    directory removed at exit), so that the location, and with it :data:`_VERDICTS`' keys,
+    stays the same from one run to the next."""
+    dest = Path(tempfile.mkdtemp(prefix="validation-schemas-"))
+    atexit.register(shutil.rmtree, dest, True)
+    return builtin_schemas(k8s_version, dest / "builtin")
+
+
 def named_path(doc, pointer: str) -> str:
     """A JSON pointer as a dotted path, list items by their name where they have one."""
     out, node = "", doc
@@ -57,32 +78,41 @@ def named_path(doc, pointer: str) -> str:
 
 def validate(objs: list[Obj], root: Path, k8s_version: str, workdir: Path) -> list[Finding]:
     """kubeconform -strict over our objects (one file each); a finding per schema error.
+    An object kubeconform already judged in this process (the same YAML, binary, schema
+    locations and version) is not sent again (:data:`_VERDICTS`), nor is a second copy of one.
     FileNotFoundError when kubeconform is not built (:func:`kubeconform_path`)."""
     ours, exe = [o for o in objs if not o.upstream], kubeconform_path(root)
     locations = ["default", CRDS_CATALOG_URL]  # offline: the package's and the mirror's
     if schema_dir := os.environ.get("KUBE_SCHEMA_DIR"):
-        builtin = builtin_schemas(k8s_version, workdir / "builtin")
-        locations = [builtin, f"{schema_dir}/{CATALOG_LAYOUT}"]
-    (workdir / "objs").mkdir(parents=True, exist_ok=True)
-    for i, o in enumerate(ours):
-        (workdir / "objs" / f"{i}.yaml").write_text(yaml.safe_dump(o.doc, sort_keys=False))
-    # one worker: parallel workers each compile the same large CRD schemas (measured 3x slower)
-    cmd = [exe, "-strict", "-n=1", "-output=json", f"-kubernetes-version={k8s_version.lstrip('v')}"]
-    cmd += [f"-schema-location={loc}" for loc in locations]
-    proc = subprocess.run([*cmd, str(workdir / "objs")], capture_output=True, text=True)
-    try:
-        results = json.loads(proc.stdout or "{}").get("resources") or []
-    except ValueError:
-        return [finding("schema", f"kubeconform failed: {(proc.stderr or proc.stdout)[:300]}")]
+        locations = [_builtin_location(k8s_version), f"{schema_dir}/{CATALOG_LAYOUT}"]
+    texts = [yaml.safe_dump(o.doc, sort_keys=False) for o in ours]
+    keys = [(exe, tuple(locations), k8s_version, text) for text in texts]
+    new = list(dict.fromkeys(k for k in keys if k not in _VERDICTS))  # in order, no copies
+    if new:
+        (workdir / "objs").mkdir(parents=True, exist_ok=True)
+        for i, key in enumerate(new):
+            (workdir / "objs" / f"{i}.yaml").write_text(key[3])
+        # one worker: parallel workers each compile the same large CRD schemas (3x slower)
+        cmd = [exe, "-strict", "-n=1", "-output=json"]
+        cmd += [f"-kubernetes-version={k8s_version.lstrip('v')}"]
+        cmd += [f"-schema-location={loc}" for loc in locations]
+        proc = subprocess.run([*cmd, str(workdir / "objs")], capture_output=True, text=True)
+        try:
+            results = json.loads(proc.stdout or "{}").get("resources") or []
+        except ValueError:
+            msg = f"kubeconform failed: {(proc.stderr or proc.stdout)[:300]}"
+            return [finding("schema", msg)]
+        verdicts: list[dict[str, list[str]]] = [{} for _ in new]
+        for r in results:
+            # the message lists every error, nested ones (under $refs) included;
+            # validationErrors holds only the top level ("validation failed" at /spec)
+            errors = verdicts[int(Path(r["filename"]).stem)]
+            for path, msg in AT.findall(r.get("msg", "")) or [("", r.get("msg", r.get("status")))]:
+                if msg != "validation failed":
+                    errors.setdefault(path, []).append(msg)
+        _VERDICTS.update(zip(new, verdicts, strict=True))
     out = []
-    for r in results:
-        # the message lists every error, nested ones (under $refs) included; validationErrors
-        # holds only the top level ("validation failed" at /spec)
-        errors: dict[str, list[str]] = {}
-        for path, msg in AT.findall(r.get("msg", "")) or [("", r.get("msg", r.get("status")))]:
-            if msg != "validation failed":
-                errors.setdefault(path, []).append(msg)
-        o = ours[int(Path(r["filename"]).stem)]
-        for path, msgs in errors.items():
+    for o, key in zip(ours, keys, strict=True):
+        for path, msgs in _VERDICTS[key].items():
             out.append(finding("schema", "; ".join(msgs)[:300], o, named_path(o.doc, path)))
     return out
