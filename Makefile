@@ -30,6 +30,9 @@ export PYTHONUNBUFFERED := 1
 # Training budget of make demo: quick (default), smoke, or full = the cluster's (docs/training.md)
 BUDGET ?= quick
 PYTEST_ARGS ?=
+# `make test`'s pytest processes (pytest-xdist; a test file stays in one: its fixtures are
+# made once); 0 runs it in one process, as before
+TEST_JOBS ?= 2
 
 # Pinned upstream Go programs (versions in versions.env or their kustomization URL, recipes in
 # hack/tools/), built into a cache outside the clone; see docs/e2e.md. KUBECONFORM is the binary
@@ -43,6 +46,7 @@ help: ## list targets and variables
 	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
 	@echo "variables: MIRROR_DIR=DIR (offline mirrors, e.g. ../shared; unset: online), BUDGET=quick|smoke|full (demo, bench-train),"
 	@echo "           PYTEST_ARGS (test), WORK_DIR (demo output, default work), BENCH_ARGS (bench-train: --resume, --overwrite, --precision float32)"
+	@echo "           TEST_JOBS (test, test-fast: pytest processes, default 2; 0: one)"
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON_BOOTSTRAP) -m venv $(VENV)
@@ -57,10 +61,10 @@ demo: $(STAMP) ## run the whole pipeline locally: ingest -> train x4 (3 TFJobs +
 	$(PY) -m fmnist_pipeline --work-dir $(WORK_DIR) --budget $(BUDGET)
 
 test: $(STAMP) lint kubeconform ## lint, then the whole test suite (offline with MIRROR_DIR; not tests/e2e)
-	$(PY) -m pytest --ignore=tests/e2e $(PYTEST_ARGS)
+	$(PY) -m pytest --ignore=tests/e2e -n $(TEST_JOBS) --dist loadfile $(PYTEST_ARGS)
 
 test-fast: $(STAMP) ## tests without the slow multi-process ones
-	$(PY) -m pytest -m 'not slow' --ignore=tests/e2e $(PYTEST_ARGS)
+	$(PY) -m pytest -m 'not slow' --ignore=tests/e2e -n $(TEST_JOBS) --dist loadfile $(PYTEST_ARGS)
 
 lint: $(STAMP) ## ruff + yamllint
 	$(VENV)/bin/ruff check src tests loadtest bench
