@@ -211,7 +211,11 @@ def run_dirs(args: argparse.Namespace, task: TaskInfo) -> dict[str, Path | None]
     The chief writes to the real (shared) paths; any other replica to a fresh local temporary
     ``scratch`` directory (``workertemp_*`` in the system temp folder) that :func:`train`
     deletes at the end; the scratch directories of workers that were killed are removed first
-    (see :mod:`training.leftovers`).
+    (see :mod:`training.leftovers`), and so are the ``workertemp_<task index>`` directories that
+    tf-keras' callbacks had this replica write under the run's checkpoint directory
+    (``epoch-NNN/``, ``backup/``) when an earlier incarnation of it was killed between a save
+    and its removal: only a replica of that task index writes them, and this one has not
+    started yet.
     """
     if is_chief(task):
         tb = (
@@ -225,6 +229,9 @@ def run_dirs(args: argparse.Namespace, task: TaskInfo) -> dict[str, Path | None]
             "export_parent": Path(args.saved_model_dir).parent,
         }
     remove_stale_dirs(None, f"{SCRATCH_PREFIX}*")  # left by workers killed with kill -9
+    # tf_keras.src.distribute.distributed_file_utils names them workertemp_<task_id>
+    for stale in checkpoint_dir(args).glob(f"*/{SCRATCH_PREFIX}{task.task_index}"):
+        shutil.rmtree(stale, ignore_errors=True)
     scratch = make_owned_dir(None, f"{SCRATCH_PREFIX}{task.task_type}_{task.task_index}_")
     return {"scratch": scratch, "tensorboard": scratch / "tensorboard", "export_parent": scratch}
 

@@ -87,6 +87,31 @@ def test_scratch_of_workers_killed_with_sigkill_is_removed(tmp_path, monkeypatch
         _kill9(live)
 
 
+def test_keras_temp_dirs_of_this_replica_killed_mid_save_are_removed(tmp_path, monkeypatch):
+    """tf-keras has a non-chief write each epoch's checkpoint and backup to
+    ``workertemp_<task index>`` beside the chief's, then removes it: a replica killed between
+    the two left it on the shared volume. The re-created replica of that index removes its own,
+    and nothing of the chief's or of another replica."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "local"))
+    (tmp_path / "local").mkdir()
+    args = train.build_parser().parse_args(
+        ["--model-type", "cnn", "--saved-model-dir", "x", "--checkpoint-dir", str(tmp_path)]
+    )
+    ckpt = train.checkpoint_dir(args)
+    for sub in ("epoch-001/workertemp_1", "backup/workertemp_1", "epoch-001/workertemp_2"):
+        (ckpt / sub / "weights.index").parent.mkdir(parents=True)
+        (ckpt / sub / "weights.index").write_bytes(b"")
+    (ckpt / "epoch-001" / "weights.index").write_bytes(b"")  # the chief's
+    (ckpt / "backup" / "chief").mkdir()
+    task = TaskInfo({"worker": ["a:1", "b:1", "c:1"]}, "worker", 1)
+    release_dir(train.run_dirs(args, task)["scratch"])
+    assert sorted(p.relative_to(ckpt).as_posix() for p in ckpt.glob("*/*")) == [
+        "backup/chief",
+        "epoch-001/weights.index",
+        "epoch-001/workertemp_2",
+    ]
+
+
 def test_staging_of_a_chief_killed_while_exporting_is_removed(tmp_path, monkeypatch):
     from training import export
 
