@@ -45,8 +45,8 @@ KUBECONFORM_BIN = $(shell $(TOOLS) --bin kubeconform 2>/dev/null)
 help: ## list targets and variables
 	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
 	@echo "variables: MIRROR_DIR=DIR (offline mirrors, e.g. ../shared; unset: online), BUDGET=quick|smoke|full (demo, bench-train),"
-	@echo "           PYTEST_ARGS (test), WORK_DIR (demo output, default work), BENCH_ARGS (bench-train: --resume, --overwrite, --precision float32)"
-	@echo "           TEST_JOBS (test, test-fast: pytest processes, default 2; 0: one)"
+	@echo "           PYTEST_ARGS (test, test-fast, e2e), WORK_DIR (demo output, default work), BENCH_ARGS (bench-train: --resume, --overwrite, --precision float32)"
+	@echo "           TEST_JOBS (test, test-fast: pytest processes, default 2; 0: one, for --pdb or -s)"
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON_BOOTSTRAP) -m venv $(VENV)
@@ -63,7 +63,7 @@ demo: $(STAMP) ## run the whole pipeline locally: ingest -> train x4 (3 TFJobs +
 test: $(STAMP) lint kubeconform ## lint, then the whole test suite (offline with MIRROR_DIR; not tests/e2e)
 	$(PY) -m pytest --ignore=tests/e2e -n $(TEST_JOBS) --dist loadfile $(PYTEST_ARGS)
 
-test-fast: $(STAMP) ## tests without the slow multi-process ones
+test-fast: $(STAMP) kubeconform ## tests without the slow multi-process ones
 	$(PY) -m pytest -m 'not slow' --ignore=tests/e2e -n $(TEST_JOBS) --dist loadfile $(PYTEST_ARGS)
 
 lint: $(STAMP) ## ruff + yamllint
