@@ -80,39 +80,51 @@ def validate(objs: list[Obj], root: Path, k8s_version: str, workdir: Path) -> li
     """kubeconform -strict over our objects (one file each); a finding per schema error.
     An object kubeconform already judged in this process (the same YAML, binary, schema
     locations and version) is not sent again (:data:`_VERDICTS`), nor is a second copy of one.
+    Only verdicts are kept (valid, or invalid against a schema): an error (no schema found, a
+    failed download) is reported and the object sent again next time; a kubeconform that
+    fails (an exit status other than 0 and 1, no JSON) is one finding, and nothing is kept.
     FileNotFoundError when kubeconform is not built (:func:`kubeconform_path`)."""
     ours, exe = [o for o in objs if not o.upstream], kubeconform_path(root)
     locations = ["default", CRDS_CATALOG_URL]  # offline: the package's and the mirror's
     if schema_dir := os.environ.get("KUBE_SCHEMA_DIR"):
+        schema_dir = os.path.abspath(schema_dir)
         locations = [_builtin_location(k8s_version), f"{schema_dir}/{CATALOG_LAYOUT}"]
-    texts = [yaml.safe_dump(o.doc, sort_keys=False) for o in ours]
-    keys = [(exe, tuple(locations), k8s_version, text) for text in texts]
+    keys = [
+        (exe, tuple(locations), k8s_version, yaml.safe_dump(o.doc, sort_keys=False)) for o in ours
+    ]
     new = list(dict.fromkeys(k for k in keys if k not in _VERDICTS))  # in order, no copies
+    judged: dict[tuple[str, tuple[str, ...], str, str], dict[str, list[str]]] = {}
     if new:
-        (workdir / "objs").mkdir(parents=True, exist_ok=True)
+        workdir.mkdir(parents=True, exist_ok=True)
+        objs_dir = Path(tempfile.mkdtemp(prefix="objs-", dir=workdir))  # only this call's files
         for i, key in enumerate(new):
-            (workdir / "objs" / f"{i}.yaml").write_text(key[3])
+            (objs_dir / f"{i}.yaml").write_text(key[3])
         # one worker: parallel workers each compile the same large CRD schemas (3x slower)
         cmd = [exe, "-strict", "-n=1", "-output=json"]
         cmd += [f"-kubernetes-version={k8s_version.lstrip('v')}"]
         cmd += [f"-schema-location={loc}" for loc in locations]
-        proc = subprocess.run([*cmd, str(workdir / "objs")], capture_output=True, text=True)
+        proc = subprocess.run([*cmd, str(objs_dir)], capture_output=True, text=True)
         try:
-            results = json.loads(proc.stdout or "{}").get("resources") or []
-        except ValueError:
-            msg = f"kubeconform failed: {(proc.stderr or proc.stdout)[:300]}"
+            if proc.returncode not in (0, 1):  # 1: an object invalid or not validated
+                raise ValueError(f"exit status {proc.returncode}")
+            results = json.loads(proc.stdout)["resources"] or []
+        except (ValueError, KeyError, TypeError) as e:
+            msg = f"kubeconform failed ({e}): {(proc.stderr or proc.stdout)[:300]}"
             return [finding("schema", msg)]
-        verdicts: list[dict[str, list[str]]] = [{} for _ in new]
+        judged = {key: {} for key in new}
+        errored = set()
         for r in results:
+            key = new[int(Path(r["filename"]).stem)]
+            if r.get("status") != "statusInvalid":
+                errored.add(key)  # e.g. no schema found: said now, asked again next time
             # the message lists every error, nested ones (under $refs) included;
             # validationErrors holds only the top level ("validation failed" at /spec)
-            errors = verdicts[int(Path(r["filename"]).stem)]
             for path, msg in AT.findall(r.get("msg", "")) or [("", r.get("msg", r.get("status")))]:
                 if msg != "validation failed":
-                    errors.setdefault(path, []).append(msg)
-        _VERDICTS.update(zip(new, verdicts, strict=True))
+                    judged[key].setdefault(path, []).append(msg)
+        _VERDICTS.update((k, v) for k, v in judged.items() if k not in errored)
     out = []
     for o, key in zip(ours, keys, strict=True):
-        for path, msgs in _VERDICTS[key].items():
+        for path, msgs in (judged.get(key) or _VERDICTS.get(key) or {}).items():
             out.append(finding("schema", "; ".join(msgs)[:300], o, named_path(o.doc, path)))
     return out
