@@ -33,6 +33,7 @@ PYTEST_ARGS ?=
 # `make test`'s pytest processes (pytest-xdist; a test file stays in one: its fixtures are
 # made once); 0 runs it in one process, as before
 TEST_JOBS ?= 2
+PYTEST_JOBS = -n $(TEST_JOBS) --dist loadfile
 
 # Pinned upstream Go programs (versions in versions.env or their kustomization URL, recipes in
 # hack/tools/), built into a cache outside the clone; see docs/e2e.md. KUBECONFORM is the binary
@@ -61,10 +62,10 @@ demo: $(STAMP) ## run the whole pipeline locally: ingest -> train x4 (3 TFJobs +
 	$(PY) -m fmnist_pipeline --work-dir $(WORK_DIR) --budget $(BUDGET)
 
 test: $(STAMP) lint kubeconform ## lint, then the whole test suite (offline with MIRROR_DIR; not tests/e2e)
-	$(PY) -m pytest --ignore=tests/e2e -n $(TEST_JOBS) --dist loadfile $(PYTEST_ARGS)
+	$(PY) -m pytest --ignore=tests/e2e $(PYTEST_JOBS) $(PYTEST_ARGS)
 
 test-fast: $(STAMP) kubeconform ## tests without the slow multi-process ones
-	$(PY) -m pytest -m 'not slow' --ignore=tests/e2e -n $(TEST_JOBS) --dist loadfile $(PYTEST_ARGS)
+	$(PY) -m pytest -m 'not slow' --ignore=tests/e2e $(PYTEST_JOBS) $(PYTEST_ARGS)
 
 lint: $(STAMP) ## ruff + yamllint
 	$(VENV)/bin/ruff check src tests loadtest bench

@@ -26,7 +26,8 @@ AT = re.compile(r"- at '([^']*)': (.*?)(?=\s+- at '|$)")
 # files behind a location do not change while a process runs, so an object validated once is
 # not sent to kubeconform again: the same object rendered by a base and its overlays, or by
 # the many validator runs of one test session (each compiles every schema it loads: 0.1-0.5 s
-# a kind). Only verdicts kubeconform returned as JSON are kept.
+# a kind). Only verdicts are kept: valid, or invalid against a schema (not an error such as a
+# schema not found, nor anything of a kubeconform that failed).
 _VERDICTS: dict[tuple[str, tuple[str, ...], str, str], dict[str, list[str]]] = {}
 
 
@@ -125,6 +126,6 @@ def validate(objs: list[Obj], root: Path, k8s_version: str, workdir: Path) -> li
         _VERDICTS.update((k, v) for k, v in judged.items() if k not in errored)
     out = []
     for o, key in zip(ours, keys, strict=True):
-        for path, msgs in (judged.get(key) or _VERDICTS.get(key) or {}).items():
+        for path, msgs in (judged[key] if key in judged else _VERDICTS[key]).items():
             out.append(finding("schema", "; ".join(msgs)[:300], o, named_path(o.doc, path)))
     return out

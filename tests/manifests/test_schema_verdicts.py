@@ -25,14 +25,17 @@ def _config_map(name: str, value) -> Obj:
     return Obj(doc, "base/ml", f"base/ml/{name}.yaml")
 
 
-def test_an_object_is_judged_once_and_a_changed_one_again(tmp_path, monkeypatch, sources):
-    calls = tmp_path / "calls"
-    wrapper = tmp_path / "kubeconform"  # counts kubeconform's runs (a new binary: a new key)
-    wrapper.write_text(
-        f'#!/bin/sh\necho run >> "{calls}"\nexec "{os.environ["KUBECONFORM"]}" "$@"\n'
-    )
+def _wrapper(tmp_path: Path, body: str) -> Path:
+    wrapper = tmp_path / "kubeconform"
+    wrapper.write_text(f"#!/bin/sh\n{body}\n")
     wrapper.chmod(0o755)
-    monkeypatch.setenv("KUBECONFORM", str(wrapper))
+    return wrapper
+
+
+def test_an_object_is_judged_once_and_a_changed_one_again(tmp_path, monkeypatch, sources):
+    calls = tmp_path / "calls"  # kubeconform's runs (a new binary: new keys)
+    body = f'echo run >> "{calls}"\nexec "{os.environ["KUBECONFORM"]}" "$@"'
+    monkeypatch.setenv("KUBECONFORM", str(_wrapper(tmp_path, body)))
     bad = _config_map("bad", 3)  # ConfigMap data values are strings
     good = _config_map("good", "3")
 
@@ -50,13 +53,6 @@ def test_an_object_is_judged_once_and_a_changed_one_again(tmp_path, monkeypatch,
     changed = validate([bad], ROOT, K8S, tmp_path / "three")
     assert [(f.obj, f.field) for f in changed] == [("ConfigMap/fashion-mnist/bad", "data.other")]
     assert calls.read_text().splitlines() == ["run", "run"]
-
-
-def _wrapper(tmp_path: Path, body: str) -> Path:
-    wrapper = tmp_path / "kubeconform"
-    wrapper.write_text(f"#!/bin/sh\n{body}\n")
-    wrapper.chmod(0o755)
-    return wrapper
 
 
 def test_a_kubeconform_that_fails_keeps_no_verdict(tmp_path, monkeypatch, sources):
