@@ -38,6 +38,9 @@
 #   TOOL_SOURCE_LINKS  bash array "path=target": symlinks of upstream's repository that the Go
 #                      module zip omits (module zips hold no symlinks); the module's source is
 #                      then copied to ./src with these links restored and used by a replace
+#   TOOL_SOURCE_FILES  bash array of paths: empty files that upstream's own build creates in
+#                      its tree before compiling (e.g. Argo's Makefile without STATIC_FILES:
+#                      ui/dist/app/index.html); the source is copied to ./src as above
 # and may define these functions (they see MODULE_VERSION and MODULE_TIME, the module's
 # publication time from the proxy, RFC 3339):
 #   tool_module_version VERSION    -> the module version to require (default: add "v")
@@ -206,11 +209,16 @@ build_recipe() {
       fi
     done < <(upstream_replace_flags "$gomod")
     for r in "${TOOL_REPLACES[@]+"${TOOL_REPLACES[@]}"}"; do flags+=("-replace=$r"); done
-    if [[ -n "${TOOL_SOURCE_LINKS[*]:-}" ]]; then
-      local moddir link
+    if [[ -n "${TOOL_SOURCE_LINKS[*]:-}${TOOL_SOURCE_FILES[*]:-}" ]]; then
+      local moddir link file
       moddir="$(python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])' <<<"$info")"
       cp -r "$moddir" src && chmod -R u+w src
-      for link in "${TOOL_SOURCE_LINKS[@]}"; do ln -s "${link#*=}" "src/${link%%=*}"; done
+      for link in "${TOOL_SOURCE_LINKS[@]+"${TOOL_SOURCE_LINKS[@]}"}"; do
+        ln -s "${link#*=}" "src/${link%%=*}"
+      done
+      for file in "${TOOL_SOURCE_FILES[@]+"${TOOL_SOURCE_FILES[@]}"}"; do
+        mkdir -p "src/$(dirname "$file")" && touch "src/$file"
+      done
       flags+=("-replace=$TOOL_MODULE=./src")
     fi
     if ((${#flags[@]})); then go mod edit "${flags[@]}"; fi

@@ -1,11 +1,12 @@
 # shellcheck shell=bash
-# Argo Workflows workflow-controller, run by the e2e under its own ServiceAccount argo/argo, and
-# argoexec.
+# Argo Workflows: the workflow-controller and argo (argocli: `argo server`) that the e2e runs as
+# the pods of the pinned install, and argoexec (the executor of the pipeline's pods).
 # Recipe contract: scripts/tools.sh.
 #
-# The argo CLI (cmd/argo, for `argo lint --offline`) does not build from the module: it embeds
-# the UI (ui/embed.go: //go:embed dist/app), which the module zip does not contain ("pattern
-# dist/app: no matching files found"); upstream's Makefile builds the UI with yarn first.
+# cmd/argo embeds the UI (ui/embed.go: //go:embed dist/app), which the module zip does not
+# contain. It is built the way upstream's Makefile builds it without STATIC_FILES (a dev build:
+# `mkdir -p ui/dist/app; touch ui/dist/app/index.html`): the API server and CLI are whole, the
+# UI's page is empty.
 #
 # ARGO_WORKFLOWS_VERSION (v4.1.2, what the manifests install) is NOT served by the Go module
 # proxy: `go mod download github.com/argoproj/argo-workflows/v4@v4.1.2` answers
@@ -17,9 +18,10 @@ TOOL_MODULE=github.com/argoproj/argo-workflows/v4
 TOOL_PACKAGES=(
   github.com/argoproj/argo-workflows/v4/cmd/workflow-controller
   github.com/argoproj/argo-workflows/v4/cmd/argoexec
+  github.com/argoproj/argo-workflows/v4/cmd/argo
 )
-# argoexec (the executor of Argo's pods; the e2e runs it for the pipeline's resource steps,
-# tests/e2e/argo_executor.py) needs osspecific/signal_linux.go, which upstream keeps as a
-# symlink to signal_darwin.go and the module zip therefore lacks.
+# argoexec needs osspecific/signal_linux.go, which upstream keeps as a symlink to
+# signal_darwin.go and the module zip therefore lacks.
 TOOL_SOURCE_LINKS=(workflow/executor/osspecific/signal_linux.go=signal_darwin.go)
+TOOL_SOURCE_FILES=(ui/dist/app/index.html)
 tool_ldflags() { echo "-X github.com/argoproj/argo-workflows/v4.version=$MODULE_VERSION"; }
