@@ -20,15 +20,24 @@
 #              KServe's inferenceservice-config gives it; FROM scratch like upstream's
 #              distroless static:nonroot: /ko-app/agent, USER 65532 (the pod mutator sets no
 #              command: the ENTRYPOINT must be the agent)
-#   busybox    localhost/fmnist-e2e/busybox:DEBIAN_VERSION   Debian's busybox-static (apt;
-#              .ci/run installs it): sh, sed, seq, sleep and nslookup, what the init container that
-#              training-operator adds to each PyTorchJob Worker runs (Alpine's are busybox too).
-#              The operator's default image, alpine:3.10, cannot be pulled here: the e2e starts
-#              the operator with --pytorch-init-container-image set to this one
+#   busybox    docker.io/library/alpine:3.10   Debian's busybox-static (apt; .ci/run installs
+#              it) under the name of training-operator's --pytorch-init-container-image default
+#              (pkg/config/config.go), which cannot be pulled here: sh, sed, seq, sleep and
+#              nslookup, what the init container it adds to each PyTorchJob Worker runs
+#              (Alpine's are busybox too)
 #   event_display  localhost/fmnist-e2e/event-display:EVENT_DISPLAY_VERSION   Knative's
 #              event_display (hack/tools/event-display.sh), message-dumper's program, FROM
 #              scratch: /ko-app/event_display, USER 65532. A local name: the manifests pin
 #              upstream's image by digest, which a rebuild cannot match
+#   The platform's controllers, each under the image name its Deployment in base/platform
+#   renders with (lib.sh platform_image: the pinned install, so the pods of the README's own
+#   install run them), its Go binary FROM scratch laid out like upstream's image:
+#   training_operator  training-operator (hack/tools/training-operator.sh) at /manager, as
+#              upstream's distroless static image (user root, as upstream's)
+#   workflow_controller, argocli  Argo's workflow-controller and argo (hack/tools/argo.sh) at
+#              /bin, USER 8737, as upstream's Dockerfile. Built from ARGO_WORKFLOWS_E2E_VERSION
+#              under the names of the installed ARGO_WORKFLOWS_VERSION, which
+#              the Go module proxy does not serve (docs/e2e-controllers.md)
 #
 # Usage:
 #   scripts/e2e-images.sh [IMAGE...]   build what is missing from the cache (default: every
@@ -48,7 +57,8 @@ source "$ROOT/scripts/lib.sh"
 CACHE="${FMNIST_IMAGES_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/fashion-mnist-gitops/images}"
 DEBIAN_MIRROR="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 BASE_REF=localhost/fmnist-python-base:3.11-bookworm
-IMAGES=(pause python ml ml_torch argoexec agent busybox event_display)
+IMAGES=(pause python ml ml_torch argoexec agent busybox event_display training_operator
+  workflow_controller argocli)
 # how many older archives of an image a new one leaves (a whole number: bash arithmetic would
 # read any other text as 0 and delete them all)
 KEEP="${FMNIST_IMAGES_KEEP:-1}"
@@ -73,10 +83,13 @@ ref_of() { # IMAGE -> the reference pods ask for (what the kubelet's CRI call na
     argoexec) echo "quay.io/argoproj/argoexec:$ARGO_WORKFLOWS_E2E_VERSION" ;;
     # KServe's install manifest, ConfigMap inferenceservice-config: agent.image, logger.image
     agent) echo "docker.io/kserve/agent:$(pinned_version KSERVE_VERSION)" ;;
-    # Debian's version as a tag: no epoch, '+' -> '-' (1:1.35.0-4+b1 -> 1.35.0-4-b1)
-    busybox) local v; v="$(dpkg-query -W -f '${Version}' busybox-static 2>/dev/null)" || v=not-installed
-             v="${v#*:}"; echo "localhost/fmnist-e2e/busybox:${v//+/-}" ;;
+    # training-operator's PyTorchInitContainerImageDefault (pkg/config/config.go), which
+    # neither the manifests nor the e2e override
+    busybox) echo "docker.io/library/alpine:3.10" ;;
     event_display) echo "localhost/fmnist-e2e/event-display:$EVENT_DISPLAY_VERSION" ;;
+    training_operator) platform_image training-operator training-operator training-operator ;;
+    workflow_controller) platform_image argo-workflows workflow-controller workflow-controller ;;
+    argocli) platform_image argo-workflows argo-server argo-server ;;
   esac
 }
 
@@ -92,6 +105,9 @@ inputs_of() { # IMAGE -> what its key hashes besides its recipe and reference
     argoexec) bin_digest argoexec ;;
     agent) bin_digest kserve-agent ;;
     busybox) if [[ -f /bin/busybox ]]; then sha256sum < /bin/busybox; else echo "busybox: not installed"; fi ;;
+    training_operator) bin_digest training-operator ;;
+    workflow_controller) bin_digest workflow-controller ;;
+    argocli) bin_digest argo ;;
     event_display) bin_digest event_display ;;
     ml|ml_torch) # the base it is built on, and what .dockerignore lets into the build context
       archive_of python
@@ -103,7 +119,7 @@ inputs_of() { # IMAGE -> what its key hashes besides its recipe and reference
 
 # The recipes' shared helpers, in the order they call each other (a helper after its callers):
 # each image's key hashes its recipe and every helper that recipe reaches.
-HELPERS=(build_project ko_like scratch_image)
+HELPERS=(build_project ko_like scratch_image tool_bin)
 recipe_of() { # IMAGE -> the source of its recipe function and of the helpers it calls
   local text helper
   text="$(declare -f "build_$1")"
@@ -204,6 +220,21 @@ build_busybox() {
     --env PATH=/bin --user 65534:65534 --cmd '["sh"]'
 }
 build_event_display() { ko_like "$2" event_display event_display; }
+
+tool_bin() { # NAME -> scripts/tools.sh --bin NAME, or die naming the build
+  "$ROOT/scripts/tools.sh" --bin "$1" || die "build it first: scripts/tools.sh (--list names its recipe)"
+}
+build_training_operator() {
+  scratch_image "$2" "$(tool_bin training-operator)" /manager "" --entrypoint '["/manager"]'
+}
+build_workflow_controller() {
+  scratch_image "$2" "$(tool_bin workflow-controller)" /bin/workflow-controller "" \
+    --env PATH=/usr/local/bin:/usr/bin:/bin --user 8737 --entrypoint '["workflow-controller"]'
+}
+build_argocli() {
+  scratch_image "$2" "$(tool_bin argo)" /bin/argo "" --env PATH=/usr/local/bin:/usr/bin:/bin \
+    --user 8737 --workingdir /home/argo --entrypoint '["argo"]'
+}
 
 build() {
   local image="$1" archive ref t0

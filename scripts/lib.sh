@@ -175,3 +175,36 @@ k["resources"] = resources
 kfile.write_text(yaml.safe_dump(k))
 PY
 }
+
+# platform_image PART DEPLOYMENT CONTAINER: the image of CONTAINER in the Deployment of
+# base/platform/PART as it renders (the pinned upstream install, through the mirror when
+# UPSTREAM_MIRROR_DIR is set), with docker.io/ added to a reference without a registry (what the
+# kubelet asks the runtime for). The e2e's real node gets its local build under this name.
+# Rendering Argo's install takes seconds (12 MB of CRDs), so the answer is kept in
+# ${XDG_CACHE_HOME:-~/.cache}/fashion-mnist-gitops/refs under a key that hashes everything the
+# render reads (the kustomization with its mirror files copied in, the kubectl) and the question.
+platform_image() {
+  local dir ref key cache="${XDG_CACHE_HOME:-${HOME}/.cache}/fashion-mnist-gitops/refs"
+  dir="$(mktemp -d)"
+  mirror_kustomization "${REPO_ROOT}/base/platform/$1" "${dir}"
+  key="$({ echo "$*"; command -v "${KUBECTL}"; (cd "${dir}" && find . -type f -print0 \
+    | LC_ALL=C sort -z | xargs -0 sha256sum); } | sha256sum | cut -c1-16)"
+  if [[ -s "${cache}/${key}" ]]; then rm -rf "${dir}"; cat "${cache}/${key}"; return 0; fi
+  ref="$("${KUBECTL}" kustomize "${dir}" | "${PYTHON}" -c '
+import sys
+import yaml
+deploy, container = sys.argv[1:]
+for doc in yaml.load_all(sys.stdin, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
+    if doc and doc.get("kind") == "Deployment" and doc["metadata"]["name"] == deploy:
+        for c in doc["spec"]["template"]["spec"]["containers"]:
+            if c["name"] == container:
+                print(c["image"])
+                sys.exit(0)
+sys.exit(f"error: no container {container} in a Deployment {deploy}")
+' "$2" "$3")" || { rm -rf "${dir}"; die "base/platform/$1: no image for $2/$3"; }
+  rm -rf "${dir}"
+  [[ "${ref%%/*}" == *.* ]] || ref="docker.io/${ref}"
+  mkdir -p "${cache}"
+  printf '%s\n' "${ref}" > "${cache}/${key}.$$" && mv "${cache}/${key}.$$" "${cache}/${key}"
+  echo "${ref}"
+}

@@ -55,7 +55,8 @@ def listing(root: Path, cache: Path) -> dict[str, tuple[str, str, str]]:
 def test_references_are_what_the_pods_ask_for(clone, tmp_path):
     images = listing(clone, tmp_path / "cache")
     assert list(images) == [
-        "pause", "python", "ml", "ml_torch", "argoexec", "agent", "busybox", "event_display"
+        "pause", "python", "ml", "ml_torch", "argoexec", "agent", "busybox", "event_display",
+        "training_operator", "workflow_controller", "argocli",
     ]  # fmt: skip
     v = dict(
         line.split("=", 1) for line in (REPO / "versions.env").read_text().splitlines()
@@ -68,16 +69,35 @@ def test_references_are_what_the_pods_ask_for(clone, tmp_path):
     template = (REPO / "base" / "ml" / "pipeline" / "workflowtemplate.yaml").read_text()
     assert 'image: "{{workflow.parameters.image}}-torch"' in template
     assert images["ml_torch"][0] == images["ml"][0] + "-torch"
-    # the PyTorchJob Worker's init container (the e2e operator's --pytorch-init-container-image):
-    # Debian's busybox-static, its package version as a valid tag
-    name, tag = images["busybox"][0].rsplit(":", 1)
-    assert name == "localhost/fmnist-e2e/busybox"
-    assert re.fullmatch(r"[\w][\w.-]{0,127}", tag) and tag != "not-installed", tag
+    # the PyTorchJob Worker's init container: Debian's busybox-static under the name of
+    # training-operator's --pytorch-init-container-image default (pkg/config/config.go), which
+    # base/platform/training-operator leaves as it is
+    assert images["busybox"][0] == "docker.io/library/alpine:3.10"
+    operator = (REPO / "base" / "platform" / "training-operator").glob("**/*.yaml")
+    assert not any("--pytorch-init-container-image=" in f.read_text() for f in operator)
     # the agent as KServe's inferenceservice-config names it (the upstream manifest's logger)
+    argo = re.search(
+        r"/releases/download/(v[\d.]+)/install.yaml",
+        (REPO / "base" / "platform" / "argo-workflows" / "kustomization.yaml").read_text(),
+    )[1]
+    operator_version = re.search(
+        r"\?ref=(v[\d.]+)",
+        (REPO / "base" / "platform" / "training-operator" / "kustomization.yaml").read_text(),
+    )[1]
     agent = images["agent"][0].removeprefix("docker.io/")
     mirror = Path(os.environ.get("UPSTREAM_MIRROR_DIR") or REPO.parent / "shared" / "upstream")
     manifest = (mirror / f"kserve-{agent.rsplit(':', 1)[1]}.yaml").read_text()
     assert f'\\"image\\" : \\"{agent}\\"' in manifest, agent
+    # the platform's controllers under the names their Deployments in the pinned installs give
+    for image, manifest in [
+        ("training_operator", f"training-operator-{operator_version}-standalone.yaml"),
+        ("workflow_controller", f"argo-workflows-{argo}-install.yaml"),
+        ("argocli", f"argo-workflows-{argo}-install.yaml"),
+    ]:
+        ref = images[image][0]
+        assert re.search(rf"image: {re.escape(ref)}$", (mirror / manifest).read_text(), re.M), ref
+    assert images["workflow_controller"][0].endswith(f"/workflow-controller:{argo}")
+    assert images["argocli"][0].endswith(f"/argocli:{argo}")
     assert all(state == "missing" for _, _, state in images.values())
     assert all(Path(a).parent == tmp_path / "cache" for _, a, _ in images.values())
 
@@ -135,7 +155,10 @@ def test_a_shared_helpers_change_rebuilds_the_images_whose_recipes_call_it(clone
     script.write_text(text.replace(marker, marker + "  true\n"))
     after = listing(clone, tmp_path / "cache")
     changed = {i for i in before if after[i][1] != before[i][1]}
-    assert changed == {"argoexec", "agent", "busybox", "event_display"}
+    assert changed == {
+        "argoexec", "agent", "busybox", "event_display", "training_operator",
+        "workflow_controller", "argocli",
+    }  # fmt: skip
 
 
 @pytest.mark.parametrize("keep", ["abc", "-1", "all", "1+1", "a[$(touch pwned)]"])
