@@ -164,6 +164,19 @@ retry() {
   cat "${err}" >&2
 }
 
+# not_available FILE: after a failed wait, what is not ready: each Deployment of FILE that is
+# not Available, and the pods of its namespace with their containers' waiting reasons
+# (ErrImagePull, CrashLoopBackOff, ...), so a timeout names what to look at.
+not_available() {
+  local ns
+  log "not Available within ${TIMEOUT}s (PLATFORM_TIMEOUT):"
+  k get -f "$1" -o wide >&2 || true
+  for ns in $(awk '/^metadata:/ {m = 1; next} /^[a-z]/ {m = 0} m && /^  namespace:/ {print $2}' "$1" | sort -u); do
+    log "pods in ${ns}:"
+    k get pods -n "${ns}" -o 'custom-columns=POD:.metadata.name,PHASE:.status.phase,NODE:.spec.nodeName,WAITING:.status.containerStatuses[*].state.waiting.reason,MESSAGE:.status.containerStatuses[*].state.waiting.message' >&2 || true
+  done
+}
+
 # install NAME: the three steps for ${WORK}/NAME (rendered by `render`).
 install() {
   local d="${WORK}/$1"
@@ -173,8 +186,10 @@ install() {
     k wait --for=condition=Established -f "${d}/crds.yaml" --timeout="${TIMEOUT}s"
   fi
   if [[ -s "${d}/objects.yaml" ]]; then retry apply -f "${d}/objects.yaml"; fi
-  if [[ -s "${d}/deploys.yaml" ]]; then
-    k wait --for=condition=Available -f "${d}/deploys.yaml" --timeout="${TIMEOUT}s"
+  if [[ -s "${d}/deploys.yaml" ]] \
+    && ! k wait --for=condition=Available -f "${d}/deploys.yaml" --timeout="${TIMEOUT}s"; then
+    not_available "${d}/deploys.yaml"
+    return 1
   fi
   if [[ -s "${d}/crs.yaml" ]]; then retry apply -f "${d}/crs.yaml"; fi
 }

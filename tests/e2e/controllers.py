@@ -1,18 +1,21 @@
-"""The upstream controllers of the platform as local processes of the e2e control plane.
+"""The platform's controllers in the e2e: KServe's as a local process, the others as pods.
 
-Each controller (built by ``scripts/tools.sh`` at the pinned version) runs on this machine with
-a kubeconfig that holds **its own ServiceAccount's token** (``kubectl create token``), so the
-RBAC of the upstream install (scripts/install-platform.sh) is enforced by the real API server.
-Leader election is off (one replica). Admission webhooks are served on 127.0.0.1 with a
-self-signed CA made here: the webhook configurations of the upstream install are re-pointed at
-``https://127.0.0.1:<port>/<path>`` with that CA as ``caBundle`` by a :class:`WebhookWirer`,
-which keeps doing so while the install script re-applies the upstream objects (server-side
-apply under kubectl's field manager, so a re-apply swaps ``url`` back to ``service`` cleanly
-instead of leaving both). Webhooks whose server is not run here are set to
+The training-operator and Argo (workflow-controller, argo-server) run as the pods of the
+Deployments that scripts/install-platform.sh applies, on the real node: their namespaces
+(:data:`POD_NAMESPACES`) are created first with the real node's placement annotations, and
+their images are built here under the pinned names (scripts/e2e-images.sh). The operator's
+webhook is served through its Service with the certificate of its own rotator.
+
+KServe's controller manager (built by ``scripts/tools.sh``) still runs on this machine with a
+kubeconfig holding **its own ServiceAccount's token**: its Deployment needs cert-manager's
+certificate, and cert-manager is installed as CRDs only. Its webhook configurations are
+re-pointed at ``https://127.0.0.1:<port>/<path>`` with a CA made here by a
+:class:`WebhookWirer` (server-side apply under kubectl's field manager, so a re-apply swaps
+``url`` back to ``service`` cleanly). Webhooks whose server is not run here are set to
 ``failurePolicy: Ignore`` with the reason in :data:`IGNORED_WEBHOOKS`.
 
-The kwok nodes run no containers: pods are only simulated, so nothing the controllers start
-(training replicas, predictors, Argo's executor) actually runs; see docs/e2e-controllers.md.
+The kwok nodes run no containers: the pods of the kwok-node tests are only simulated; see
+docs/e2e-controllers.md.
 """
 
 from __future__ import annotations
@@ -437,11 +440,14 @@ class Controller:
             self.proc.wait(timeout=10)
 
 
-TO_CA = "training-operator-ca"  # cert-controller rotator's CAName in training-operator v1.9.4
-TO_SECRET = "training-operator-webhook-cert"  # --webhook-secret-name default
-TO_CERT_DIR = Path("/tmp/k8s-webhook-server/serving-certs")  # fixed in pkg/cert/cert.go
 TO_WEBHOOK = ("ValidatingWebhookConfiguration", "validator.training-operator.kubeflow.org")
-TO_PYTORCH_INIT = "base/platform/training-operator/pytorch-init-container.yaml"
+#: Namespaces of the platform whose controllers run as the pods of the pinned install on the
+#: real node (their Deployments as base/platform renders them; the images are local builds
+#: under the pinned names, scripts/e2e-images.sh) -> those Deployments.
+POD_NAMESPACES = {
+    "kubeflow": ("training-operator",),
+    "argo": ("workflow-controller", "argo-server"),
+}
 KSERVE_WEBHOOKS = [
     ("MutatingWebhookConfiguration", "inferenceservice.serving.kserve.io"),
     ("ValidatingWebhookConfiguration", "clusterservingruntime.serving.kserve.io"),
@@ -463,83 +469,6 @@ def wait_for(kubeconfig: Path, what: list[str], timeout: float = 300) -> None:
         if time.monotonic() > deadline:
             raise ControllerError(f"not created within {timeout}s: {pending}")
         time.sleep(1)
-
-
-def pytorch_init_image_flag() -> list[str]:
-    """The operator's ``--pytorch-init-container-image`` for the e2e: the image of the init
-    container it adds to every PyTorchJob Worker. The Deployment of
-    base/platform/training-operator keeps upstream's default, alpine:3.10, pulled from Docker
-    Hub. The real node cannot pull: with one, it is the busybox image that
-    scripts/e2e-images.sh built from Debian's busybox-static (the template's sh, seq, sleep
-    and nslookup, busybox's as in Alpine). With kwok nodes only nothing runs it: no flag."""
-    if not os.environ.get("FMNIST_E2E_REAL_NODE"):
-        return []
-    return [f"--pytorch-init-container-image={real_node.imported_image('/busybox:')}"]
-
-
-def training_operator(admin: Path, workdir: Path, wirer: WebhookWirer) -> Controller:
-    """training-operator v1.9.4 as ServiceAccount kubeflow/training-operator.
-
-    Its webhook certificates are managed by its own cert rotator (open-policy-agent
-    cert-controller), which keeps a valid CA/cert it finds in Secret
-    ``kubeflow/training-operator-webhook-cert``, writes it to the fixed directory
-    /tmp/k8s-webhook-server/serving-certs and injects the CA into
-    ``validator.training-operator.kubeflow.org``. The Secret is seeded here with a certificate
-    that is also valid for 127.0.0.1 (the rotator's own covers only the Service DNS name, which
-    the API server cannot reach: there is no kube-proxy). Not started (caller's job).
-    """
-    wait_for(admin, ["sa/training-operator -n kubeflow", f"secret/{TO_SECRET} -n kubeflow"])
-    certs = make_certs(TO_CA, ["training-operator.kubeflow.svc"])
-    data = {
-        "ca.crt": certs.ca_cert,
-        "ca.key": certs.ca_key,
-        "tls.crt": certs.cert,
-        "tls.key": certs.key,
-    }
-    patch = {"data": {k: base64.b64encode(v).decode() for k, v in data.items()}}
-    kubectl(
-        admin, "patch", "secret", TO_SECRET, "-n", "kubeflow", "--type=merge",
-        "--field-manager=e2e-certs", "-p", json.dumps(patch),
-    )  # fmt: skip
-    # What the Deployment mounts from that Secret at the rotator's fixed CertDir (the rotator
-    # waits for tls.crt there before it reports ready). The path is fixed upstream, so the
-    # process gets a private mount namespace in which workdir's copy is bind-mounted there:
-    # concurrent e2e runs on one machine must not read each other's certificates.
-    mounted = workdir / "training-operator-certs"
-    certs.write(mounted / TO_CERT_DIR.name)
-    (mounted / TO_CERT_DIR.name / "ca.crt").write_bytes(certs.ca_cert)
-    TO_CERT_DIR.parent.mkdir(parents=True, exist_ok=True)
-    kc = sa_kubeconfig(
-        admin, "kubeflow", "training-operator", workdir / "training-operator.kubeconfig"
-    )
-    port, probe, metrics = free_port(), free_port(), free_port()
-    wirer.add(WebhookTarget(port, certs.ca_cert, [TO_WEBHOOK]))
-    # The Deployment mounts the PyTorchJob init-container template of
-    # base/platform/training-operator at the operator's default path; here it is a file.
-    cm = yaml.safe_load((REPO_ROOT / TO_PYTORCH_INIT).read_text())
-    init_template = workdir / "pytorch-init-container.yaml"
-    init_template.write_text(cm["data"]["initContainer.yaml"])
-    return Controller(
-        "training-operator",
-        [
-            *("unshare", "--mount", "--propagation", "private", "--", "sh", "-c"),
-            'mount --bind "$0" "$1" && shift && exec "$@"',
-            *(str(mounted), str(TO_CERT_DIR.parent)),
-            str(tool_binary("training-operator")),
-            f"--kubeconfig={kc}",
-            f"--webhook-server-port={port}",
-            f"--health-probe-bind-address=127.0.0.1:{probe}",
-            f"--metrics-bind-address=127.0.0.1:{metrics}",
-            "--leader-elect=false",
-            f"--pytorch-init-container-template-file={init_template}",
-            *pytorch_init_image_flag(),
-        ],
-        # TMPDIR=/tmp: the rotator writes to the fixed /tmp/k8s-webhook-server/serving-certs,
-        # the webhook server reads $TMPDIR/k8s-webhook-server/serving-certs
-        {"MY_POD_NAMESPACE": "kubeflow", "KUBECONFIG": str(kc), "TMPDIR": "/tmp"},
-        workdir / "training-operator.log",
-        health_url=f"http://127.0.0.1:{probe}/readyz",
-    )
 
 
 def kserve(admin: Path, workdir: Path, wirer: WebhookWirer) -> Controller:
@@ -576,21 +505,6 @@ def kserve(admin: Path, workdir: Path, wirer: WebhookWirer) -> Controller:
     )
 
 
-def workflow_controller(admin: Path, workdir: Path) -> Controller:
-    """Argo's workflow-controller as ServiceAccount argo/argo (namespace from the kubeconfig
-    context), leader election off (LEADER_ELECTION_DISABLE). Health: :6060/healthz (fixed port
-    upstream). Not started (caller's job)."""
-    wait_for(admin, ["sa/argo -n argo", "configmap/workflow-controller-configmap -n argo"])
-    kc = sa_kubeconfig(admin, "argo", "argo", workdir / "argo.kubeconfig")
-    return Controller(
-        "workflow-controller",
-        [str(tool_binary("workflow-controller")), f"--kubeconfig={kc}", "--loglevel=info"],
-        {"LEADER_ELECTION_DISABLE": "true", "KUBECONFIG": str(kc)},
-        workdir / "workflow-controller.log",
-        health_url="http://127.0.0.1:6060/healthz",
-    )
-
-
 # --- the platform of a test session ------------------------------------------------------------
 
 
@@ -606,10 +520,13 @@ class Platform:
     controllers: dict[str, Controller]
 
     def check_alive(self) -> None:
-        """Raise ControllerError (with the log tail) when a controller has exited."""
+        """Raise ControllerError (with the log tail) when a controller process has exited or
+        a controller pod of :data:`POD_NAMESPACES` is not Running and Ready on the real node."""
         for c in self.controllers.values():
             if not c.alive():
                 raise ControllerError(f"{c.name} is not running:\n{c.tail()}")
+        if bad := unready_platform_pods(self.admin):
+            raise ControllerError(f"platform pods not Running and Ready: {bad}")
 
     def stop(self) -> None:
         """Stop the controllers (process groups) and the webhook wirer."""
@@ -654,20 +571,77 @@ def mirror_dir() -> Path:
     return path
 
 
+def place_on_real_node(admin: Path) -> None:
+    """Create the namespaces of :data:`POD_NAMESPACES` with the real node's placement
+    annotations (real_node.placement_annotations; server-side apply under a field manager of
+    the e2e's own, so the install's apply of the same Namespace keeps them). Raises
+    ControllerError when the cluster has no real node: the controllers run nowhere else."""
+    node = os.environ.get("FMNIST_E2E_REAL_NODE")
+    if not node:
+        raise ControllerError(
+            "the platform's controllers run as pods on the real node, and this cluster has none"
+            " (FMNIST_E2E_REAL_NODE unset): start it with scripts/e2e-cluster.sh"
+        )
+    for ns in POD_NAMESPACES:
+        body = {
+            "apiVersion": "v1",
+            "kind": "Namespace",
+            "metadata": {"name": ns, "annotations": real_node.placement_annotations()},
+        }
+        kubectl(
+            admin, "apply", "--server-side", "--field-manager=e2e-placement", "-f", "-",
+            input=json.dumps(body),
+        )  # fmt: skip
+
+
+def unready_platform_pods(admin: Path) -> list[str]:
+    """``namespace/pod: why`` for each pod of the Deployments of :data:`POD_NAMESPACES` that is
+    not Running and Ready on the real node (a Deployment without pods is named too)."""
+    bad = []
+    node = os.environ.get("FMNIST_E2E_REAL_NODE", "")
+    for ns, deployments in POD_NAMESPACES.items():
+        pods = json.loads(kubectl(admin, "get", "pods", "-n", ns, "-o", "json"))["items"]
+        for d in deployments:
+            mine = [p for p in pods if p["metadata"]["name"].startswith(f"{d}-")]
+            if not mine:
+                bad.append(f"{ns}/{d}: no pod")
+            for pod in mine:
+                st = pod.get("status") or {}
+                ready = any(
+                    c["type"] == "Ready" and c["status"] == "True"
+                    for c in st.get("conditions") or []
+                )
+                where = (pod.get("spec") or {}).get("nodeName")
+                if st.get("phase") != "Running" or not ready or where != node:
+                    waiting = [
+                        (c.get("state") or {}).get("waiting", {}).get("reason", "")
+                        for c in st.get("containerStatuses") or []
+                    ]
+                    bad.append(
+                        f"{ns}/{pod['metadata']['name']}: {st.get('phase')} ready={ready}"
+                        f" node={where} {' '.join(w for w in waiting if w)}".rstrip()
+                    )
+    return bad
+
+
 def _interrupt(signum, frame) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
 
 def start_platform(admin: Path, workdir: Path, timeout: float = 900) -> Platform:
-    """Install the platform with scripts/install-platform.sh (offline) while starting each
-    controller as soon as the script has created its ServiceAccount: KServe's must answer its
-    webhooks before the script applies the ClusterServingRuntimes. Returns once the script
-    exited 0 and every controller is ready; on any failure stops what it started and raises
-    ControllerError with the script output and controller log tails."""
+    """Install the platform with scripts/install-platform.sh (offline). The namespaces of
+    :data:`POD_NAMESPACES` are placed on the real node first, so the script's own Deployments
+    run the training-operator and Argo as pods, and the script waits for them as on k3d.
+    KServe's controller is still started here as a process as soon as the script has created
+    its ServiceAccount (it must answer its webhooks before the script applies the
+    ClusterServingRuntimes). Returns once the script exited 0 and every controller is ready;
+    on any failure stops what it started and raises ControllerError with the script output and
+    controller log tails."""
     if threading.current_thread() is threading.main_thread():
         # SIGTERM (e.g. a CI timeout) -> KeyboardInterrupt, so pytest runs the teardown that
         # stops the controllers instead of leaving them behind
         signal.signal(signal.SIGTERM, _interrupt)
+    place_on_real_node(admin)
     wirer = WebhookWirer(admin)
     wirer.start()
     t0 = time.monotonic()
@@ -677,11 +651,7 @@ def start_platform(admin: Path, workdir: Path, timeout: float = 900) -> Platform
     reader.start()
     started: dict[str, Controller] = {}
     try:
-        for name, make in (
-            ("kserve", lambda: kserve(admin, workdir, wirer)),
-            ("training-operator", lambda: training_operator(admin, workdir, wirer)),
-            ("workflow-controller", lambda: workflow_controller(admin, workdir)),
-        ):
+        for name, make in (("kserve", lambda: kserve(admin, workdir, wirer)),):
             try:
                 c = make()
             except ControllerError as e:

@@ -46,15 +46,24 @@ def node_dir() -> Path:
     return Path(os.environ["FMNIST_E2E_DIR"]) / "kwok" / "node"
 
 
+def placement_annotations() -> dict[str, str]:
+    """The namespace annotations that send every pod of a namespace to the real node: the node
+    selector of the PodNodeSelector admission plugin and the toleration of its taint that
+    PodTolerationRestriction adds."""
+    tolerations = json.dumps([{"key": NODE_LABEL, "operator": "Exists", "effect": "NoSchedule"}])
+    return {
+        "scheduler.alpha.kubernetes.io/node-selector": f"{NODE_LABEL}=true",
+        "scheduler.alpha.kubernetes.io/defaultTolerations": tolerations,
+    }
+
+
 def opt_in(kubectl: Kubectl, namespace: str, restricted: bool = True) -> None:
     """Send every pod of ``namespace`` to the real node (the namespace annotations of the
     PodNodeSelector and PodTolerationRestriction admission plugins) and, by default, enforce
     the ``restricted`` Pod Security Standard there as the project's namespace does."""
-    tolerations = json.dumps([{"key": NODE_LABEL, "operator": "Exists", "effect": "NoSchedule"}])
     kubectl(
         "annotate", "namespace", namespace, "--overwrite",
-        f"scheduler.alpha.kubernetes.io/node-selector={NODE_LABEL}=true",
-        f"scheduler.alpha.kubernetes.io/defaultTolerations={tolerations}",
+        *(f"{k}={v}" for k, v in placement_annotations().items()),
     )  # fmt: skip
     if restricted:
         kubectl(

@@ -1,14 +1,16 @@
 """The platform is installed by ``scripts/install-platform.sh`` itself on the real API server.
 
 The session's platform (``controllers.acquire_platform``) runs the script against the e2e
-admin kubeconfig in offline mirror mode (``UPSTREAM_MIRROR_DIR`` = ../shared/upstream) while
-the real training-operator, KServe controller and Argo workflow-controller are started as local
-processes with their own ServiceAccount tokens as soon as the script has created them.
+admin kubeconfig in offline mirror mode (``UPSTREAM_MIRROR_DIR`` = ../shared/upstream). The
+training-operator and Argo (workflow-controller, argo-server) run as the pods of the script's
+own Deployments on the real node (their namespaces placed there first; images built here under
+the pinned names); KServe's controller is still a local process with its own ServiceAccount
+token, started as soon as the script has created it.
 
 Real: kube-apiserver (RBAC, default admission), etcd, kube-controller-manager, kube-scheduler;
-the script and kubectl; the pinned upstream release manifests; the three controllers and the
-webhooks they serve (training-operator's TFJob validator, KServe's runtime/InferenceService
-validators and pod mutator).
+the script and kubectl; the pinned upstream release manifests; the controllers and the
+webhooks they serve (training-operator's TFJob validator through its Service with its own
+certificate, KServe's runtime/InferenceService validators and pod mutator).
 
 Stubbed, and why:
 - cert-manager and Knative Serving are installed as CRDs only: the mirror holds only their
@@ -16,9 +18,9 @@ Stubbed, and why:
   cannot run here. The script's mirror mode does exactly that and says so; KServe's
   Certificate/Issuer objects are therefore accepted but never issued (the e2e makes the webhook
   certificates itself).
-- Pods: kwok marks every pod Running and Ready; no container runs. The platform's Deployments
-  (whose images would be the controllers) become Available through that simulation, which is
-  what lets the script's rollout waits pass; the controllers themselves run as processes.
+- KServe's Deployments land on kwok nodes, which mark their pods Running and Ready (no
+  container runs): that lets the script's rollout wait pass while the controller runs as a
+  process (its webhook certificate would come from cert-manager, which is CRDs only here).
 - KServe's llmisvc/localmodel webhooks are set to failurePolicy Ignore (controllers.
   IGNORED_WEBHOOKS: their controllers are not run; the project uses neither kind).
 """
@@ -26,11 +28,13 @@ Stubbed, and why:
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 
 import controllers
 import pytest
+import real_node
 import yaml
 from e2e_kube import REPO_ROOT, versions_env
 
@@ -43,7 +47,6 @@ PARTS = [
     "training-operator",
     "argo-workflows",
 ]
-WEBHOOK_KINDS = {"ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"}
 
 
 @pytest.fixture(scope="module")
@@ -138,8 +141,8 @@ def test_crds_established_before_their_custom_resources(platform, rendered, kube
 
 def test_second_run_changes_nothing(platform, rendered, kubectl, kubeconfig):
     """Idempotent: a second run exits 0 and the objects it applies are unchanged afterwards
-    (``kubectl diff --server-side`` exits 0; webhook configurations are left out: the e2e
-    re-points them at the local controllers)."""
+    (``kubectl diff --server-side`` exits 0; the webhook configurations that the e2e re-points
+    at the local KServe controller are left out)."""
     before = {
         c["metadata"]["name"]: c["metadata"]["generation"]
         for c in kubectl.json("get", "crd")["items"]
@@ -159,7 +162,11 @@ def test_second_run_changes_nothing(platform, rendered, kubectl, kubeconfig):
     }
     assert after == before
     for part in PARTS:
-        objs = [o for o in docs(rendered / part / "all.yaml") if o["kind"] not in WEBHOOK_KINDS]
+        objs = [
+            o
+            for o in docs(rendered / part / "all.yaml")
+            if (o["kind"], o["metadata"]["name"]) not in platform.wirer.targets
+        ]
         diff = kubectl.run(
             "diff", "--server-side", "--force-conflicts", "-f", "-",
             input=yaml.safe_dump_all(objs), timeout=300,
@@ -168,8 +175,52 @@ def test_second_run_changes_nothing(platform, rendered, kubectl, kubeconfig):
     platform.check_alive()
 
 
-def test_webhooks_point_at_the_local_controllers(platform, kubectl):
-    """The e2e's webhook wiring (not a platform property, but every other test relies on it)."""
+def test_webhooks_are_served_as_upstream_serves_them(platform, kubectl):
+    """training-operator's webhook is upstream's: its Service, with the CA its own cert rotator
+    injected. KServe's are the e2e's wiring to the local process (not a platform property, but
+    the KServe tests rely on it)."""
     cfg = kubectl.json("get", "validatingwebhookconfiguration", controllers.TO_WEBHOOK[1])
+    for w in cfg["webhooks"]:
+        cc = w["clientConfig"]
+        assert "url" not in cc, json.dumps(w)
+        assert cc["service"]["namespace"] == "kubeflow", json.dumps(w)
+        assert cc.get("caBundle"), f"no CA injected by the operator's rotator: {json.dumps(w)}"
+    cfg = kubectl.json("get", "validatingwebhookconfiguration", controllers.KSERVE_WEBHOOKS[1][1])
     urls = {w["clientConfig"].get("url", "") for w in cfg["webhooks"]}
     assert all(u.startswith("https://127.0.0.1:") for u in urls), json.dumps(cfg["webhooks"])
+
+
+def canonical(ref: str) -> str:
+    """An image reference as containerd names it: docker.io/ (and library/) added the way the
+    kubelet's CRI call resolves a short name."""
+    if "/" not in ref:
+        return f"docker.io/library/{ref}"
+    if not any(c in ref.split("/")[0] for c in ".:") and not ref.startswith("localhost/"):
+        return f"docker.io/{ref}"
+    return ref
+
+
+def test_controllers_run_as_pods_of_the_install_on_the_real_node(platform, kubectl):
+    """The training-operator's and Argo's pods are the install's Deployments, Running and Ready
+    on the real node with the images imported there under the pinned names, and no process of
+    this machine runs one of their binaries from scripts/tools.sh' cache (the host processes
+    they replaced)."""
+    assert controllers.unready_platform_pods(platform.admin) == []
+    images = real_node.imported_images()
+    for ns, deployments in controllers.POD_NAMESPACES.items():
+        for name in deployments:
+            d = kubectl.json("get", "deployment", name, "-n", ns)
+            for c in d["spec"]["template"]["spec"]["containers"]:
+                ref = canonical(c["image"])
+                assert ref in images, (ns, name, ref, sorted(images))
+    names = ("training-operator", "workflow-controller", "argo")
+    binaries = {str(controllers.tool_binary(b)) for b in names}
+    host = []
+    for exe in Path("/proc").glob("[0-9]*/exe"):
+        try:
+            target = os.readlink(exe)
+        except OSError:
+            continue
+        if target in binaries:
+            host.append(f"{exe.parent.name}: {target}")
+    assert host == [], host

@@ -278,8 +278,8 @@ def test_ingest_step_runs_with_the_real_executor(kubectl, kubeconfig, pipeline_n
 # (training-operator v1.9.4 has no gang scheduling: jobs admitted a replica at a time could each
 # wait for a peer forever); min-accuracy 0 (one epoch of 2,048 images is not a model worth
 # 0.85). The PyTorchJob's image is the pipeline image with PyTorch's CUDA wheels (ml_torch,
-# about 8 GB), its Worker's init container the busybox image
-# (controllers.pytorch_init_image_flag).
+# about 8 GB), its Worker's init container the busybox image imported as the operator's default
+# alpine:3.10 (scripts/e2e-images.sh).
 SMOKE_RUN = {
     "epochs": "1",
     "train-examples": "2048",
