@@ -1,6 +1,6 @@
 # shellcheck shell=bash
-# Kubeflow training-operator (TFJob controller + its validating webhook), run by the e2e as the
-# pod of the pinned install (image: scripts/e2e-images.sh training_operator). Upstream's go.mod
+# Kubeflow training-operator (TFJob controller + its validating webhook), run by the e2e as a
+# local process under its own ServiceAccount (tests/e2e/controllers.py). Upstream's go.mod
 # at v1.9.4 has no replace directives. Recipe contract: scripts/tools.sh.
 TOOL_VERSION_KEY=TRAINING_OPERATOR_VERSION
 TOOL_MODULE=github.com/kubeflow/training-operator
