@@ -75,8 +75,7 @@ ref_of() { # IMAGE -> the reference pods ask for (what the kubelet's CRI call na
   case "$1" in
     pause) echo "registry.k8s.io/pause:$PAUSE_VERSION" ;;
     python) echo "$BASE_REF" ;;
-    ml) local r; r="$(overlay_param local-k3d image)"
-        [[ "$r" == */*/* ]] || r="docker.io/$r"; echo "$r" ;;
+    ml) canonical_image "$(overlay_param local-k3d image)" ;;
     ml_torch) echo "$(ref_of ml)-torch" ;;
     # the name the workflow-controller gives its executor (Argo's config.go: quay.io/argoproj/
     # argoexec:<its version>; neither the manifests nor the e2e set executor.image)

@@ -176,10 +176,19 @@ kfile.write_text(yaml.safe_dump(k))
 PY
 }
 
+# canonical_image REF: REF as the kubelet's CRI call names it (Docker's reference
+# normalisation): a single name gets docker.io/library/, a first component that is not a
+# registry (no "." or ":", not localhost) gets docker.io/.
+canonical_image() {
+  local first="${1%%/*}"
+  if [[ "$1" != */* ]]; then echo "docker.io/library/$1"
+  elif [[ "${first}" != *[.:]* && "${first}" != localhost ]]; then echo "docker.io/$1"
+  else echo "$1"; fi
+}
+
 # platform_image PART DEPLOYMENT CONTAINER: the image of CONTAINER in the Deployment of
 # base/platform/PART as it renders (the pinned upstream install, through the mirror when
-# UPSTREAM_MIRROR_DIR is set), with docker.io/ added to a reference without a registry (what the
-# kubelet asks the runtime for). The e2e's real node gets its local build under this name.
+# UPSTREAM_MIRROR_DIR is set), canonical (canonical_image). The e2e's real node gets its local build under this name.
 # Rendering Argo's install takes seconds (12 MB of CRDs), so the answer is kept in
 # ${XDG_CACHE_HOME:-~/.cache}/fashion-mnist-gitops/refs under a key that hashes everything the
 # render reads (the kustomization with its mirror files copied in, the kubectl) and the question.
@@ -203,7 +212,7 @@ for doc in yaml.load_all(sys.stdin, Loader=getattr(yaml, "CSafeLoader", yaml.Saf
 sys.exit(f"error: no container {container} in a Deployment {deploy}")
 ' "$2" "$3")" || { rm -rf "${dir}"; die "base/platform/$1: no image for $2/$3"; }
   rm -rf "${dir}"
-  [[ "${ref%%/*}" == *.* ]] || ref="docker.io/${ref}"
+  ref="$(canonical_image "${ref}")"
   mkdir -p "${cache}"
   printf '%s\n' "${ref}" > "${cache}/${key}.$$" && mv "${cache}/${key}.$$" "${cache}/${key}"
   echo "${ref}"

@@ -574,14 +574,10 @@ def mirror_dir() -> Path:
 def place_on_real_node(admin: Path) -> None:
     """Create the namespaces of :data:`POD_NAMESPACES` with the real node's placement
     annotations (real_node.placement_annotations; server-side apply under a field manager of
-    the e2e's own, so the install's apply of the same Namespace keeps them). Raises
-    ControllerError when the cluster has no real node: the controllers run nowhere else."""
-    node = os.environ.get("FMNIST_E2E_REAL_NODE")
-    if not node:
-        raise ControllerError(
-            "the platform's controllers run as pods on the real node, and this cluster has none"
-            " (FMNIST_E2E_REAL_NODE unset): start it with scripts/e2e-cluster.sh"
-        )
+    the e2e's own, so the install's apply of the same Namespace keeps them). Without a real
+    node the controllers run nowhere: real_node.node_name fails (or skips, in a cluster
+    started with FMNIST_E2E_REAL_NODE=0)."""
+    real_node.node_name()
     for ns in POD_NAMESPACES:
         body = {
             "apiVersion": "v1",
@@ -598,11 +594,14 @@ def unready_platform_pods(admin: Path) -> list[str]:
     """``namespace/pod: why`` for each pod of the Deployments of :data:`POD_NAMESPACES` that is
     not Running and Ready on the real node (a Deployment without pods is named too)."""
     bad = []
-    node = os.environ.get("FMNIST_E2E_REAL_NODE", "")
+    node = real_node.node_name()
     for ns, deployments in POD_NAMESPACES.items():
-        pods = json.loads(kubectl(admin, "get", "pods", "-n", ns, "-o", "json"))["items"]
         for d in deployments:
-            mine = [p for p in pods if p["metadata"]["name"].startswith(f"{d}-")]
+            deploy = json.loads(kubectl(admin, "get", "deployment", d, "-n", ns, "-o", "json"))
+            labels = deploy["spec"]["selector"]["matchLabels"]
+            selector = ",".join(f"{k}={v}" for k, v in labels.items())
+            got = kubectl(admin, "get", "pods", "-n", ns, "-l", selector, "-o", "json")
+            mine = json.loads(got)["items"]
             if not mine:
                 bad.append(f"{ns}/{d}: no pod")
             for pod in mine:

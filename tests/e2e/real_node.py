@@ -106,6 +106,18 @@ def imported_images() -> set[str]:
     return {line for line in (node_dir() / "images.txt").read_text().split() if line}
 
 
+def canonical(ref: str) -> str:
+    """An image reference as the node's containerd names it (scripts/lib.sh canonical_image:
+    Docker's normalisation, docker.io/library/ for a single name, docker.io/ for a first
+    component that is not a registry)."""
+    first = ref.split("/")[0]
+    if "/" not in ref:
+        return f"docker.io/library/{ref}"
+    if not any(c in first for c in ".:") and first != "localhost":
+        return f"docker.io/{ref}"
+    return ref
+
+
 def imported_image(part: str) -> str:
     """The one imported image reference containing ``part`` (e.g. ``"/event-display:"``)."""
     found = sorted(ref for ref in imported_images() if part in ref)

@@ -190,16 +190,6 @@ def test_webhooks_are_served_as_upstream_serves_them(platform, kubectl):
     assert all(u.startswith("https://127.0.0.1:") for u in urls), json.dumps(cfg["webhooks"])
 
 
-def canonical(ref: str) -> str:
-    """An image reference as containerd names it: docker.io/ (and library/) added the way the
-    kubelet's CRI call resolves a short name."""
-    if "/" not in ref:
-        return f"docker.io/library/{ref}"
-    if not any(c in ref.split("/")[0] for c in ".:") and not ref.startswith("localhost/"):
-        return f"docker.io/{ref}"
-    return ref
-
-
 def test_controllers_run_as_pods_of_the_install_on_the_real_node(platform, kubectl):
     """The training-operator's and Argo's pods are the install's Deployments, Running and Ready
     on the real node with the images imported there under the pinned names, and no process of
@@ -211,7 +201,7 @@ def test_controllers_run_as_pods_of_the_install_on_the_real_node(platform, kubec
         for name in deployments:
             d = kubectl.json("get", "deployment", name, "-n", ns)
             for c in d["spec"]["template"]["spec"]["containers"]:
-                ref = canonical(c["image"])
+                ref = real_node.canonical(c["image"])
                 assert ref in images, (ns, name, ref, sorted(images))
     # a controller binary run from scripts/tools.sh' cache; in the pods they are /manager and
     # /bin/<name> (upstream's image layout), paths no host process of the run has

@@ -169,9 +169,9 @@ def test_an_image_that_was_not_imported_never_starts(kubectl, overlay, real_ns):
     """Nothing can be pulled (no uplink): a pod whose image the node did not import waits in
     ErrImagePull / ImagePullBackOff, while the pipeline image is among the imported ones."""
     image = real_node.ml_image(overlay)
-    assert f"docker.io/{image}" in real_node.imported_images()
+    assert real_node.canonical(image) in real_node.imported_images()
     missing = image.rsplit(":", 1)[0] + ":not-imported"
-    assert f"docker.io/{missing}" not in real_node.imported_images()
+    assert real_node.canonical(missing) not in real_node.imported_images()
     kubectl.apply(_pod("missing", missing, ["true"]), "-n", real_ns)
 
     def waiting_reason():
