@@ -28,6 +28,10 @@ Env: UPSTREAM_MIRROR_DIR   read the release manifests from this offline mirror (
                            container images); KServe, the training operator and Argo Workflows
                            are installed in full.
      PLATFORM_TIMEOUT      seconds to wait for each step (default 300)
+     PLATFORM_LAYER_DIR    a directory of kustomize layers, one per part: <part>/kustomization.yaml
+                           with \`resources: [rendered.yaml]\` (the part as rendered) and the
+                           patches a cluster needs over the pinned install (an air-gapped
+                           cluster's imagePullPolicy, say). The e2e's: tests/e2e/platform-layer
 USAGE
   exit 0
 fi
@@ -40,6 +44,11 @@ fi
 [[ $# -eq 0 ]] || die "unexpected argument $1 (see --help)"
 
 MIRROR="${UPSTREAM_MIRROR_DIR:-}"
+LAYER="${PLATFORM_LAYER_DIR:-}"
+if [[ -n "${LAYER}" ]]; then
+  [[ -d "${LAYER}" ]] || die "PLATFORM_LAYER_DIR=${LAYER} is not a directory"
+  LAYER="$(cd "${LAYER}" && pwd)"
+fi
 TIMEOUT="${PLATFORM_TIMEOUT:-300}"
 [[ "${TIMEOUT}" =~ ^[0-9]+$ ]] || die "PLATFORM_TIMEOUT must be a number of seconds, got ${TIMEOUT}"
 if [[ -n "${MIRROR}" ]]; then
@@ -64,7 +73,8 @@ k() { "${KUBECTL}" "$@"; }
 apply() { k apply --server-side --force-conflicts --field-manager="${FIELD_MANAGER:-kubectl}" "$@"; }
 
 # render NAME SOURCE [EXTRA]: SOURCE (a kustomization dir of this repo, a URL or a file)
-# rendered by kustomize into ${WORK}/NAME/all.yaml, with the YAML documents of the file EXTRA
+# rendered by kustomize into ${WORK}/NAME/all.yaml, then through the layer
+# ${PLATFORM_LAYER_DIR}/NAME when there is one, with the YAML documents of the file EXTRA
 # appended. In mirror mode the pinned remote resources of the kustomization are replaced by
 # their mirror files (lib.sh: mirror_kustomization).
 render() {
@@ -79,6 +89,12 @@ render() {
       > "${out}/k/kustomization.yaml"
   fi
   k kustomize "${out}/k" > "${out}/all.yaml"
+  if [[ -n "${LAYER}" && -f "${LAYER}/$1/kustomization.yaml" ]]; then
+    # the layer's kustomization names the part's render as `rendered.yaml`
+    cp -r "${LAYER}/$1" "${out}/layer"
+    mv "${out}/all.yaml" "${out}/layer/rendered.yaml"
+    k kustomize "${out}/layer" > "${out}/all.yaml"
+  fi
   if [[ -n "${extra}" ]]; then printf -- '---\n' >> "${out}/all.yaml"; cat "${extra}" >> "${out}/all.yaml"; fi
   split_docs "${out}"
 }
@@ -123,13 +139,17 @@ YAML
 
 # split_docs DIR: DIR/all.yaml -> crds.yaml (CustomResourceDefinitions), crs.yaml (objects of
 # custom kinds: API groups with a dot that are not *.k8s.io), objects.yaml (everything else)
-# and deploys.yaml (the Deployments among them). kustomize output: "---" separated documents
-# with top-level keys at column 0.
+# and deploys.yaml (the Deployments among them). cert-manager's kinds (Issuer, Certificate) go
+# with the objects: cert-manager is installed first, and a part's Deployments mount the
+# Secrets its Certificates make (KServe's webhook certificates), so they must exist before the
+# wait for those Deployments. kustomize output: "---" separated documents with top-level keys
+# at column 0.
 split_docs() {
   awk -v dir="$1" '
     function flush(   f, i) {
       if (n == 0) return
       if (kind == "CustomResourceDefinition") f = "crds"
+      else if (group == "cert-manager.io") f = "objects"
       else if (group ~ /\./ && group !~ /\.k8s\.io$/) f = "crs"
       else f = "objects"
       print "---" >> (dir "/" f ".yaml")

@@ -90,3 +90,59 @@ def test_knative_domain_follows_a_changed_ingress_domain(tmp_path):
     proc = _render(repo, tmp_path / "out2")
     assert proc.returncode != 0
     assert "no ingressDomain in KServe's inferenceservice-config" in proc.stderr
+
+
+def test_certificates_are_applied_before_the_wait_for_the_deployments_that_mount_them(rendered):
+    """KServe's Deployments mount the Secrets of its Certificates: the Certificates (and their
+    Issuer) go with the objects of step (2), before the wait for those Deployments, not with
+    the custom resources of step (3), which would wait forever for pods that cannot start."""
+    objects = _docs(rendered / "kserve" / "objects.yaml")
+    crs = _docs(rendered / "kserve" / "crs.yaml")
+    certs = {name for kind, name in objects if kind == "Certificate"}
+    assert certs >= {"serving-cert", "llmisvc-serving-cert", "localmodel-serving-cert"}, certs
+    assert ("Issuer", "selfsigned-issuer") in objects
+    assert not [k for k in crs if k[0] in ("Certificate", "Issuer")], sorted(crs)
+    deploys = _docs(rendered / "kserve" / "deploys.yaml")
+    secrets = {
+        v["secret"]["secretName"]
+        for d in deploys.values()
+        for v in d["spec"]["template"]["spec"].get("volumes", [])
+        if "secret" in v
+    }
+    issued = {c["spec"]["secretName"] for (k, _), c in objects.items() if k == "Certificate"}
+    assert secrets and secrets <= issued, (secrets, issued)
+    assert ("ClusterStorageContainer", "default") in crs  # custom resources still wait
+
+
+def _render_with_layer(out: Path, layer: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        ["bash", str(REPO / "scripts" / "install-platform.sh"), "--render", str(out)],
+        env={
+            **os.environ,
+            "UPSTREAM_MIRROR_DIR": os.environ["UPSTREAM_MIRROR_DIR"],
+            "PLATFORM_LAYER_DIR": str(layer),
+        },
+        capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+
+
+def test_a_layer_patches_its_part_and_nothing_else(rendered, tmp_path):
+    """PLATFORM_LAYER_DIR/<part>/kustomization.yaml is applied over that part's render (the
+    e2e's layer: KServe's imagePullPolicy); the other parts render as without it, and a layer
+    directory that does not exist is refused."""
+    proc = _render_with_layer(tmp_path / "x", tmp_path / "no-such-layer")
+    assert proc.returncode != 0 and "PLATFORM_LAYER_DIR" in proc.stderr, proc.stderr
+    out = tmp_path / "layered"
+    proc = _render_with_layer(out, REPO / "tests" / "e2e" / "platform-layer")
+    assert proc.returncode == 0, proc.stderr
+    before, after = _docs(rendered / "kserve" / "all.yaml"), _docs(out / "kserve" / "all.yaml")
+    assert before.keys() == after.keys()
+    changed = {k for k in before if before[k] != after[k]}
+    assert changed == {k for k in before if k[0] == "Deployment"}, changed
+    for key in changed:
+        was = before[key]["spec"]["template"]["spec"]["containers"][0]
+        now = after[key]["spec"]["template"]["spec"]["containers"][0]
+        assert (was["imagePullPolicy"], now["imagePullPolicy"]) == ("Always", "IfNotPresent")
+        assert {**was, "imagePullPolicy": None} == {**now, "imagePullPolicy": None}, key
+    for part in ("training-operator", "argo-workflows", "cert-manager"):
+        assert (rendered / part / "all.yaml").read_text() == (out / part / "all.yaml").read_text()
