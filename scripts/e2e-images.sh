@@ -38,6 +38,12 @@
 #              /bin, USER 8737, as upstream's Dockerfile. Built from ARGO_WORKFLOWS_E2E_VERSION
 #              under the names of the installed ARGO_WORKFLOWS_VERSION, which
 #              the Go module proxy does not serve (docs/e2e-controllers.md)
+#   kserve_controller, kserve_llmisvc, kserve_localmodel  KServe's three controller managers
+#              (hack/tools/kserve.sh) at /manager, USER 65532, as upstream's Dockerfiles on
+#              distroless static:nonroot (its Deployments ask runAsNonRoot without a user)
+#   kube_rbac_proxy  the sidecar of kserve-controller-manager (hack/tools/kube-rbac-proxy.sh) at
+#              /usr/local/bin/kube-rbac-proxy, USER 65532, as upstream's Dockerfile; its tag must
+#              be KUBE_RBAC_PROXY_VERSION, the version built
 #
 # Usage:
 #   scripts/e2e-images.sh [IMAGE...]   build what is missing from the cache (default: every
@@ -58,7 +64,7 @@ CACHE="${FMNIST_IMAGES_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/fashion-mnist-gito
 DEBIAN_MIRROR="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 BASE_REF=localhost/fmnist-python-base:3.11-bookworm
 IMAGES=(pause python ml ml_torch argoexec agent busybox event_display training_operator
-  workflow_controller argocli)
+  workflow_controller argocli kserve_controller kserve_llmisvc kserve_localmodel kube_rbac_proxy)
 # how many older archives of an image a new one leaves (a whole number: bash arithmetic would
 # read any other text as 0 and delete them all)
 KEEP="${FMNIST_IMAGES_KEEP:-1}"
@@ -89,6 +95,14 @@ ref_of() { # IMAGE -> the reference pods ask for (what the kubelet's CRI call na
     training_operator) platform_image training-operator training-operator training-operator ;;
     workflow_controller) platform_image argo-workflows workflow-controller workflow-controller ;;
     argocli) platform_image argo-workflows argo-server argo-server ;;
+    kserve_controller) platform_image kserve kserve-controller-manager manager ;;
+    kserve_llmisvc) platform_image kserve llmisvc-controller-manager manager ;;
+    kserve_localmodel) platform_image kserve kserve-localmodel-controller-manager manager ;;
+    kube_rbac_proxy) local r
+      r="$(platform_image kserve kserve-controller-manager kube-rbac-proxy)" || return 1
+      [[ "$r" == *":$KUBE_RBAC_PROXY_VERSION" ]] \
+        || die "KServe's install runs $r, versions.env builds KUBE_RBAC_PROXY_VERSION=$KUBE_RBAC_PROXY_VERSION: make them one"
+      echo "$r" ;;
   esac
 }
 
@@ -107,6 +121,10 @@ inputs_of() { # IMAGE -> what its key hashes besides its recipe and reference
     training_operator) bin_digest training-operator ;;
     workflow_controller) bin_digest workflow-controller ;;
     argocli) bin_digest argo ;;
+    kserve_controller) bin_digest kserve-manager ;;
+    kserve_llmisvc) bin_digest kserve-llmisvc ;;
+    kserve_localmodel) bin_digest kserve-localmodel ;;
+    kube_rbac_proxy) bin_digest kube-rbac-proxy ;;
     event_display) bin_digest event_display ;;
     ml|ml_torch) # the base it is built on, and what .dockerignore lets into the build context
       archive_of python
@@ -118,7 +136,7 @@ inputs_of() { # IMAGE -> what its key hashes besides its recipe and reference
 
 # The recipes' shared helpers, in the order they call each other (a helper after its callers):
 # each image's key hashes its recipe and every helper that recipe reaches.
-HELPERS=(build_project ko_like scratch_image tool_bin)
+HELPERS=(build_project ko_like kserve_manager scratch_image tool_bin)
 recipe_of() { # IMAGE -> the source of its recipe function and of the helpers it calls
   local text helper
   text="$(declare -f "build_$1")"
@@ -129,8 +147,10 @@ recipe_of() { # IMAGE -> the source of its recipe function and of the helpers it
 }
 
 archive_of() { # IMAGE -> its cache path; the key: its recipe, reference and inputs
-  local key
-  key="$({ recipe_of "$1"; ref_of "$1"; inputs_of "$1"; } | sha256sum | cut -c1-12)"
+  local key ref
+  # a reference that cannot be had (ref_of died) stops here, not in a key of an empty name
+  ref="$(ref_of "$1")" || return 1
+  key="$({ recipe_of "$1"; echo "$ref"; inputs_of "$1"; } | sha256sum | cut -c1-12)"
   echo "$CACHE/$1-$key.tar"
 }
 
@@ -234,6 +254,16 @@ build_argocli() {
   scratch_image "$2" "$(tool_bin argo)" /bin/argo "" --env PATH=/usr/local/bin:/usr/bin:/bin \
     --user 8737 --workingdir /home/argo --entrypoint '["argo"]'
 }
+kserve_manager() { # REF TOOL_BINARY: upstream's Dockerfiles' last stage (distroless nonroot)
+  scratch_image "$1" "$(tool_bin "$2")" /manager "" --user 65532:65532 --entrypoint '["/manager"]'
+}
+build_kserve_controller() { kserve_manager "$2" kserve-manager; }
+build_kserve_llmisvc() { kserve_manager "$2" kserve-llmisvc; }
+build_kserve_localmodel() { kserve_manager "$2" kserve-localmodel; }
+build_kube_rbac_proxy() {
+  scratch_image "$2" "$(tool_bin kube-rbac-proxy)" /usr/local/bin/kube-rbac-proxy "" \
+    --user 65532:65532 --entrypoint '["/usr/local/bin/kube-rbac-proxy"]'
+}
 
 build() {
   local image="$1" archive ref t0
@@ -275,14 +305,15 @@ case "${1:-}" in
     for i in "$@"; do build "$i"; done ;;
   --archives)
     for i in "${IMAGES[@]}"; do
-      a="$(archive_of "$i")"
+      a="$(archive_of "$i")" || exit 1
       [[ -f "$a" ]] || die "image $i is not built: run scripts/e2e-images.sh"
       echo "$a"
     done ;;
   --list)
     for i in "${IMAGES[@]}"; do
-      a="$(archive_of "$i")"
-      echo "$i $(ref_of "$i") $a $([[ -f "$a" ]] && echo built || echo missing)"
+      a="$(archive_of "$i")" || exit 1
+      r="$(ref_of "$i")" || exit 1
+      echo "$i $r $a $([[ -f "$a" ]] && echo built || echo missing)"
     done ;;
   -h|--help)
     echo "usage: scripts/e2e-images.sh [IMAGE...|--archives|--list]"

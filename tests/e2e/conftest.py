@@ -52,8 +52,8 @@ def kubectl(kubeconfig: Path) -> Kubectl:
 
 @pytest.fixture(scope="session")
 def platform(kubectl: Kubectl, kubeconfig: Path, tmp_path_factory: pytest.TempPathFactory):
-    """The platform installed by ``scripts/install-platform.sh`` (offline) with the upstream
-    controllers running as local processes (``controllers.py``), once per session."""
+    """The platform installed by ``scripts/install-platform.sh`` (offline), its controllers
+    running as the install's pods on the real node (``controllers.py``), once per session."""
     import controllers
 
     p = controllers.acquire_platform(kubeconfig, tmp_path_factory.mktemp("controllers"))

@@ -1,18 +1,20 @@
-"""The platform's controllers in the e2e: KServe's as a local process, the others as pods.
+"""The platform's controllers in the e2e: the pods of the pinned installs on the real node.
 
-The training-operator and Argo (workflow-controller, argo-server) run as the pods of the
-Deployments that scripts/install-platform.sh applies, on the real node: their namespaces
-(:data:`POD_NAMESPACES`) are created first with the real node's placement annotations, and
-their images are built here under the pinned names (scripts/e2e-images.sh). The operator's
-webhook is served through its Service with the certificate of its own rotator.
+KServe (its three controller managers), the training-operator and Argo (workflow-controller,
+argo-server) run as the pods of the Deployments that scripts/install-platform.sh applies, on
+the real node: their namespaces (:data:`POD_NAMESPACES`) are created first with the real
+node's placement annotations, their images are built here under the pinned names
+(scripts/e2e-images.sh), and the e2e's kustomize layer (tests/e2e/platform-layer, the script's
+PLATFORM_LAYER_DIR) changes one field of KServe's: imagePullPolicy Always -> IfNotPresent
+(no registry can be reached). Every webhook keeps upstream's ``clientConfig.service``: the API
+server calls the pods through their Services.
 
-KServe's controller manager (built by ``scripts/tools.sh``) still runs on this machine with a
-kubeconfig holding **its own ServiceAccount's token**: its Deployment needs cert-manager's
-certificate, and cert-manager is installed as CRDs only. Its webhook configurations are
-re-pointed at ``https://127.0.0.1:<port>/<path>`` with a CA made here by a
-:class:`WebhookWirer` (server-side apply under kubectl's field manager, so a re-apply swaps
-``url`` back to ``service`` cleanly). Webhooks whose server is not run here are set to
-``failurePolicy: Ignore`` with the reason in :data:`IGNORED_WEBHOOKS`.
+cert-manager cannot run here (docs/e2e-controllers.md: the main packages of its programs are
+Go modules that the module proxy does not serve), and install-platform.sh installs its CRDs
+only. :class:`CertManagerStandIn` does the two things of cert-manager that KServe's install
+needs: it issues the Secret of each Certificate, and injects its CA into the webhook
+configurations and CRDs that ask for it (``cert-manager.io/inject-ca-from``), as cainjector
+does. The training-operator's webhook certificate comes from its own rotator, as upstream.
 
 The kwok nodes run no containers: the pods of the kwok-node tests are only simulated; see
 docs/e2e-controllers.md.
@@ -26,11 +28,10 @@ import ipaddress
 import json
 import os
 import signal
-import socket
 import subprocess
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import real_node
@@ -42,27 +43,8 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TOOLS = REPO_ROOT / "scripts" / "tools.sh"
-#: Field manager of ``kubectl apply --server-side`` (the install script's applies).
-KUBECTL_MANAGER = "kubectl"
-#: Webhook configurations (kind, name) -> why they are set to failurePolicy Ignore: their
-#: server is a controller this e2e does not run.
-IGNORED_WEBHOOKS = {
-    ("ValidatingWebhookConfiguration", "llminferenceservice.serving.kserve.io"): (
-        "served by KServe's llmisvc-controller-manager (cmd/llmisvc), not run: the project"
-        " uses no LLMInferenceService"
-    ),
-    ("ValidatingWebhookConfiguration", "llminferenceserviceconfig.serving.kserve.io"): (
-        "served by KServe's llmisvc-controller-manager (cmd/llmisvc), not run: the project"
-        " uses no LLMInferenceServiceConfig (kserve-cluster-resources ships some; they are"
-        " accepted unvalidated)"
-    ),
-    ("MutatingWebhookConfiguration", "llminferenceservice.serving.kserve.io"): (
-        "served by KServe's llmisvc-controller-manager (cmd/llmisvc), not run"
-    ),
-    ("ValidatingWebhookConfiguration", "localmodelcache.serving.kserve.io"): (
-        "served by KServe's localmodel-controller-manager, not run: no LocalModelCache"
-    ),
-}
+#: The e2e's kustomize layer over the pinned installs (install-platform.sh PLATFORM_LAYER_DIR).
+PLATFORM_LAYER = Path(__file__).resolve().parent / "platform-layer"
 
 
 class ControllerError(RuntimeError):
@@ -96,13 +78,6 @@ def tool_binary(name: str) -> Path:
     if proc.returncode != 0:
         raise ControllerError(f"{name} is not built: run scripts/tools.sh ({proc.stderr.strip()})")
     return Path(proc.stdout.strip())
-
-
-def free_port() -> int:
-    """An unused TCP port on 127.0.0.1."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # --- certificates -----------------------------------------------------------------------------
@@ -222,287 +197,191 @@ def sa_kubeconfig(admin: Path, namespace: str, sa: str, dest: Path, duration: st
     return dest
 
 
-# --- webhook wiring ----------------------------------------------------------------------------
+# --- cert-manager's part, stood in ------------------------------------------------------------
+
+#: The annotation cainjector reads: inject the CA of Certificate NAMESPACE/NAME.
+INJECT_CA_FROM = "cert-manager.io/inject-ca-from"
+#: The annotation on each Secret the stand-in issues (so a reader knows where it came from).
+ISSUED_BY = "e2e.fashion-mnist/issued-by"
 
 
-@dataclass
-class WebhookTarget:
-    """Webhook configurations served by one local controller: port and CA."""
-
-    port: int
-    ca_cert: bytes
-    configs: list[tuple[str, str]]  # (kind, name)
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
 
 
-def _wired(obj: dict, target: WebhookTarget | None) -> dict | None:
-    """The apply body that points ``obj``'s webhooks at ``target`` (or sets them to Ignore when
-    ``target`` is None); None when ``obj`` already is so."""
-    body = {
-        "apiVersion": obj["apiVersion"],
-        "kind": obj["kind"],
-        "metadata": {
-            k: v for k, v in obj["metadata"].items() if k in ("name", "labels", "annotations") and v
-        },
-        "webhooks": [],
-    }
-    changed = False
-    for w in obj.get("webhooks") or []:
-        w = dict(w)
-        cc = dict(w.get("clientConfig") or {})
-        if target is None:
-            changed |= w.get("failurePolicy") != "Ignore"
-            w["failurePolicy"] = "Ignore"
-        else:
-            path = (cc.get("service") or {}).get("path") or _url_path(cc.get("url", ""))
-            want = {
-                "url": f"https://127.0.0.1:{target.port}{path}",
-                "caBundle": base64.b64encode(target.ca_cert).decode(),
-            }
-            changed |= cc != want
-            w["clientConfig"] = want
-        body["webhooks"].append(w)
-    return body if changed else None
+class CertManagerStandIn(threading.Thread):
+    """cert-manager's controller and cainjector, for what the pinned installs ask of them.
 
+    Every ``interval`` seconds, for each Certificate (cert-manager.io/v1) of the cluster:
 
-def _url_path(url: str) -> str:
-    return "/" + url.split("/", 3)[3] if url.count("/") >= 3 else "/"
+    - when its Secret (``spec.secretName``) does not exist, create it as cert-manager does:
+      type kubernetes.io/tls with ``tls.crt`` (a server certificate for ``spec.dnsNames``,
+      :func:`make_certs`, 1 year), ``tls.key`` and ``ca.crt``, and cert-manager's annotations
+      (``cert-manager.io/certificate-name``, ``issuer-name``, ...) plus :data:`ISSUED_BY`;
+      then set the Certificate's status ``Ready=True``;
+    - inject that Secret's ``ca.crt`` as ``caBundle`` into every webhook of the
+      Validating/MutatingWebhookConfigurations, and the conversion webhook of the CRDs,
+      annotated :data:`INJECT_CA_FROM` with its ``namespace/name`` (JSON patches that touch
+      only ``caBundle``; ``clientConfig.service`` stays upstream's).
 
-
-class WebhookWirer(threading.Thread):
-    """Keeps webhook configurations pointed at local controllers (see the module docstring).
-
-    Polls every ``interval`` seconds; re-wires a configuration that the install script has just
-    re-applied from upstream. ``errors`` collects failures (the tests assert it is empty).
+    Not done: renewal, Issuer status, any issuer type's own semantics (the e2e's only Issuer is
+    KServe's selfSigned one). ``errors`` collects failures (the tests assert it is empty).
     """
 
     def __init__(self, admin: Path, interval: float = 1.0) -> None:
-        super().__init__(daemon=True, name="webhook-wirer")
+        super().__init__(daemon=True, name="cert-manager-stand-in")
         self.admin = admin
         self.interval = interval
-        self.targets: dict[tuple[str, str], WebhookTarget | None] = dict.fromkeys(IGNORED_WEBHOOKS)
         self.errors: list[str] = []
+        #: ``namespace/certificate`` -> the CA (PEM) of its Secret, once issued or found
+        self.cas: dict[str, bytes] = {}
         self._halt = threading.Event()
-        self._lock = threading.Lock()
-        self._api = None
+        self._apis = None
 
-    def add(self, target: WebhookTarget) -> None:
-        """Wire ``target.configs`` from now on."""
-        with self._lock:
-            for c in target.configs:
-                self.targets[c] = target
-
-    def _live(self, kind: str) -> dict[str, dict]:
-        """The live webhook configurations of ``kind`` by name (kubernetes client: cheaper
-        than a kubectl process per poll)."""
-        if self._api is None:
+    def _clients(self):
+        if self._apis is None:
             from kubernetes import client, config
 
-            api = client.AdmissionregistrationV1Api(
-                config.new_client_from_config(config_file=str(self.admin))
+            api = config.new_client_from_config(config_file=str(self.admin))
+            self._apis = (
+                client.CoreV1Api(api),
+                client.CustomObjectsApi(api),
+                client.AdmissionregistrationV1Api(api),
+                client.ApiextensionsV1Api(api),
             )
-            self._api = api
-        lister = (
-            self._api.list_validating_webhook_configuration
-            if kind == "ValidatingWebhookConfiguration"
-            else self._api.list_mutating_webhook_configuration
-        )
-        items = self._api.api_client.sanitize_for_serialization(lister().items)
-        out = {}
-        for o in items:
-            o["apiVersion"], o["kind"] = "admissionregistration.k8s.io/v1", kind
-            out[o["metadata"]["name"]] = o
-        return out
+        return self._apis
 
-    def wire_once(self) -> int:
-        """One pass; number of configurations changed."""
-        with self._lock:
-            items = list(self.targets.items())
+    def issue(self, cert: dict) -> bytes:
+        """The CA (PEM) of ``cert``'s Secret, which is created first when missing."""
+        from kubernetes.client.exceptions import ApiException
+
+        core, custom, _, _ = self._clients()
+        meta, spec = cert["metadata"], cert["spec"]
+        ns, name = meta["namespace"], meta["name"]
+        try:
+            secret = core.read_namespaced_secret(spec["secretName"], ns)
+            return base64.b64decode(secret.data["ca.crt"])
+        except ApiException as e:
+            if e.status != 404:
+                raise
+        certs = make_certs(f"{name}.{ns}.cert-manager-stand-in", spec.get("dnsNames") or [])
+        issuer = spec.get("issuerRef") or {}
+        body = {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "type": "kubernetes.io/tls",
+            "metadata": {
+                "name": spec["secretName"],
+                "namespace": ns,
+                "annotations": {
+                    "cert-manager.io/certificate-name": name,
+                    "cert-manager.io/issuer-name": issuer.get("name", ""),
+                    "cert-manager.io/issuer-kind": issuer.get("kind", "Issuer"),
+                    "cert-manager.io/issuer-group": issuer.get("group", "cert-manager.io"),
+                    "cert-manager.io/alt-names": ",".join(spec.get("dnsNames") or []),
+                    ISSUED_BY: "cert-manager stand-in (tests/e2e/controllers.py)",
+                },
+            },
+            "data": {
+                "tls.crt": _b64(certs.cert),
+                "tls.key": _b64(certs.key),
+                "ca.crt": _b64(certs.ca_cert),
+            },
+        }
+        core.create_namespaced_secret(ns, body)
+        now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        status = {
+            "conditions": [
+                {
+                    "type": "Ready",
+                    "status": "True",
+                    "reason": "Ready",
+                    "message": "Certificate is up to date and has not expired",
+                    "lastTransitionTime": now,
+                    "observedGeneration": meta.get("generation", 1),
+                }
+            ],
+            "revision": 1,
+        }
+        # a dict: a merge patch (the client sends a list as a merge patch too, which fails)
+        custom.patch_namespaced_custom_object_status(
+            "cert-manager.io", "v1", ns, "certificates", name, {"status": status}
+        )
+        return certs.ca_cert
+
+    def inject_once(self) -> int:
+        """One cainjector pass; number of objects patched."""
+        _, _, adm, ext = self._clients()
         n = 0
-        for kinds in ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"):
-            names = [name for (kind, name), _ in items if kind == kinds]
-            if not names:
-                continue
-            live = self._live(kinds)
-            for name in names:
-                if name not in live:
+        for lister, patcher in (
+            (adm.list_validating_webhook_configuration, adm.patch_validating_webhook_configuration),
+            (adm.list_mutating_webhook_configuration, adm.patch_mutating_webhook_configuration),
+        ):
+            for o in lister().items:
+                ca = self.cas.get((o.metadata.annotations or {}).get(INJECT_CA_FROM, ""))
+                if ca is None:
                     continue
-                body = _wired(live[name], self.targets[(kinds, name)])
-                if body is None:
-                    continue
-                proc = subprocess.run(
-                    [
-                        kubectl_binary(),
-                        "--kubeconfig",
-                        str(self.admin),
-                        "apply",
-                        "--server-side",
-                        "--force-conflicts",
-                        f"--field-manager={KUBECTL_MANAGER}",
-                        "-f",
-                        "-",
-                    ],
-                    input=json.dumps(body),
-                    capture_output=True,
-                    text=True,
-                    check=False,
-                )
-                if proc.returncode != 0:
-                    self.errors.append(f"{kinds}/{name}: {proc.stderr.strip()}")
-                else:
+                ops = []
+                for i, w in enumerate(o.webhooks or []):
+                    if w.client_config.ca_bundle != _b64(ca):
+                        ops.append({"op": "test", "path": f"/webhooks/{i}/name", "value": w.name})
+                        path = f"/webhooks/{i}/clientConfig/caBundle"
+                        ops.append({"op": "add", "path": path, "value": _b64(ca)})
+                if ops:
+                    patcher(o.metadata.name, ops)
                     n += 1
+        for crd in ext.list_custom_resource_definition().items:
+            ca = self.cas.get((crd.metadata.annotations or {}).get(INJECT_CA_FROM, ""))
+            conv = crd.spec.conversion
+            if ca is None or conv is None or conv.strategy != "Webhook":
+                continue
+            if conv.webhook.client_config.ca_bundle != _b64(ca):
+                path = "/spec/conversion/webhook/clientConfig/caBundle"
+                ext.patch_custom_resource_definition(
+                    crd.metadata.name, [{"op": "add", "path": path, "value": _b64(ca)}]
+                )
+                n += 1
         return n
+
+    def once(self) -> None:
+        """Issue what is missing, then inject."""
+        _, custom, _, _ = self._clients()
+        certs = custom.list_cluster_custom_object("cert-manager.io", "v1", "certificates")
+        cas = {}
+        for cert in certs["items"]:
+            key = f"{cert['metadata']['namespace']}/{cert['metadata']['name']}"
+            cas[key] = self.issue(cert)
+        self.cas = cas
+        self.inject_once()
 
     def run(self) -> None:  # noqa: D102 (threading.Thread API)
         while not self._halt.is_set():
             try:
-                self.wire_once()
+                self.once()
             except Exception as e:  # noqa: BLE001 - reported through .errors, never lost
-                self.errors.append(repr(e))
+                # an ApiException's repr is its class only: its status, reason and body say why
+                why = getattr(e, "body", None) or ""
+                self.errors.append(f"{type(e).__name__} {getattr(e, 'status', '')} {why}"[:2000])
             self._halt.wait(self.interval)
 
     def stop(self) -> None:
-        """Stop polling (joins the thread)."""
+        """Stop (joins the thread)."""
         self._halt.set()
         self.join(timeout=10)
 
 
-# --- processes ---------------------------------------------------------------------------------
-
-
-@dataclass
-class Controller:
-    """One controller process (its own process group) and its log file."""
-
-    name: str
-    argv: list[str]
-    env: dict[str, str]
-    log: Path
-    health_url: str | None = None
-    proc: subprocess.Popen | None = field(default=None, repr=False)
-
-    def start(self) -> None:
-        """Start the process in a new session (process group) with output to ``log``."""
-        self.log.parent.mkdir(parents=True, exist_ok=True)
-        with self.log.open("ab") as out:
-            self.proc = subprocess.Popen(
-                self.argv,
-                env={**os.environ, **self.env},
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-
-    def alive(self) -> bool:
-        """True while the process runs."""
-        return self.proc is not None and self.proc.poll() is None
-
-    def tail(self, n: int = 40) -> str:
-        """The last ``n`` lines of the log (for failure messages)."""
-        try:
-            return "\n".join(self.log.read_text(errors="replace").splitlines()[-n:])
-        except OSError:
-            return ""
-
-    def wait_ready(self, timeout: float = 120) -> None:
-        """Wait until ``health_url`` answers 200 (or, without one, 2 s alive); raises
-        ControllerError with the log tail when the process exits or time runs out."""
-        import urllib.error
-        import urllib.request
-
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if not self.alive():
-                raise ControllerError(f"{self.name} exited:\n{self.tail()}")
-            if self.health_url is None:
-                time.sleep(2)
-                if self.alive():
-                    return
-                continue
-            try:
-                with urllib.request.urlopen(self.health_url, timeout=2) as r:
-                    if r.status == 200:
-                        return
-            except (urllib.error.URLError, OSError):
-                pass
-            time.sleep(0.5)
-        raise ControllerError(f"{self.name} not ready after {timeout}s:\n{self.tail()}")
-
-    def stop(self) -> None:
-        """SIGTERM the whole process group, SIGKILL it after 10 s."""
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        pgid = os.getpgid(self.proc.pid)
-        os.killpg(pgid, signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            os.killpg(pgid, signal.SIGKILL)
-            self.proc.wait(timeout=10)
-
-
-TO_WEBHOOK = ("ValidatingWebhookConfiguration", "validator.training-operator.kubeflow.org")
 #: Namespaces of the platform whose controllers run as the pods of the pinned install on the
 #: real node (their Deployments as base/platform renders them; the images are local builds
 #: under the pinned names, scripts/e2e-images.sh) -> those Deployments.
 POD_NAMESPACES = {
+    "kserve": (
+        "kserve-controller-manager",
+        "kserve-localmodel-controller-manager",
+        "llmisvc-controller-manager",
+    ),
     "kubeflow": ("training-operator",),
     "argo": ("workflow-controller", "argo-server"),
 }
-KSERVE_WEBHOOKS = [
-    ("MutatingWebhookConfiguration", "inferenceservice.serving.kserve.io"),
-    ("ValidatingWebhookConfiguration", "clusterservingruntime.serving.kserve.io"),
-    ("ValidatingWebhookConfiguration", "inferencegraph.serving.kserve.io"),
-    ("ValidatingWebhookConfiguration", "inferenceservice.serving.kserve.io"),
-    ("ValidatingWebhookConfiguration", "servingruntime.serving.kserve.io"),
-    ("ValidatingWebhookConfiguration", "trainedmodel.serving.kserve.io"),
-]
-
-
-def wait_for(kubeconfig: Path, what: list[str], timeout: float = 300) -> None:
-    """Wait until every ``kind/name -n ns`` in ``what`` exists (``kubectl get`` succeeds)."""
-    deadline = time.monotonic() + timeout
-    pending = list(what)
-    while pending:
-        pending = [w for w in pending if kubectl(kubeconfig, "get", *w.split(), check=False) == ""]
-        if not pending:
-            return
-        if time.monotonic() > deadline:
-            raise ControllerError(f"not created within {timeout}s: {pending}")
-        time.sleep(1)
-
-
-def kserve(admin: Path, workdir: Path, wirer: WebhookWirer) -> Controller:
-    """KServe v0.20.0's controller manager as ServiceAccount kserve/kserve-controller-manager.
-
-    Its webhook server (controller-runtime) reads ``tls.crt``/``tls.key`` from
-    ``$TMPDIR/k8s-webhook-server/serving-certs``: TMPDIR points into ``workdir``, where
-    certificates made here are written (upstream gets them from cert-manager, which the e2e
-    does not run). Not started (caller's job).
-    """
-    wait_for(
-        admin,
-        ["sa/kserve-controller-manager -n kserve", "configmap/inferenceservice-config -n kserve"],
-    )
-    certs = make_certs("kserve-e2e-ca", ["kserve-webhook-server-service.kserve.svc"])
-    tmp = workdir / "kserve-tmp"
-    certs.write(tmp / "k8s-webhook-server" / "serving-certs")
-    kc = sa_kubeconfig(admin, "kserve", "kserve-controller-manager", workdir / "kserve.kubeconfig")
-    port, probe, metrics = free_port(), free_port(), free_port()
-    wirer.add(WebhookTarget(port, certs.ca_cert, KSERVE_WEBHOOKS))
-    return Controller(
-        "kserve-controller-manager",
-        [
-            str(tool_binary("kserve-manager")),
-            f"--kubeconfig={kc}",
-            f"--webhook-port={port}",
-            f"--health-probe-addr=127.0.0.1:{probe}",
-            f"--metrics-addr=127.0.0.1:{metrics}",
-            "--leader-elect=false",
-        ],
-        {"POD_NAMESPACE": "kserve", "KUBECONFIG": str(kc), "TMPDIR": str(tmp)},
-        workdir / "kserve.log",
-        health_url=f"http://127.0.0.1:{probe}/readyz",
-    )
 
 
 # --- the platform of a test session ------------------------------------------------------------
@@ -510,39 +389,37 @@ def kserve(admin: Path, workdir: Path, wirer: WebhookWirer) -> Controller:
 
 @dataclass
 class Platform:
-    """The platform installed by scripts/install-platform.sh plus its running controllers."""
+    """The platform installed by scripts/install-platform.sh, and cert-manager's stand-in."""
 
     admin: Path
     workdir: Path
     install_log: str
     install_seconds: float
-    wirer: WebhookWirer
-    controllers: dict[str, Controller]
+    certs: CertManagerStandIn
 
     def check_alive(self) -> None:
-        """Raise ControllerError (with the log tail) when a controller process has exited or
-        a controller pod of :data:`POD_NAMESPACES` is not Running and Ready on the real node."""
-        for c in self.controllers.values():
-            if not c.alive():
-                raise ControllerError(f"{c.name} is not running:\n{c.tail()}")
+        """Raise ControllerError when a controller pod of :data:`POD_NAMESPACES` is not
+        Running and Ready on the real node, or the stand-in has failed."""
         if bad := unready_platform_pods(self.admin):
             raise ControllerError(f"platform pods not Running and Ready: {bad}")
+        if self.certs.errors:
+            raise ControllerError(f"cert-manager stand-in: {self.certs.errors[-3:]}")
 
     def stop(self) -> None:
-        """Stop the controllers (process groups) and the webhook wirer."""
-        for c in self.controllers.values():
-            c.stop()
-        self.wirer.stop()
+        """Stop the stand-in (the pods go with the cluster)."""
+        self.certs.stop()
 
 
 def install_env(admin: Path | None = None) -> dict[str, str]:
     """Environment for ``scripts/install-platform.sh``: offline mirror mode, the e2e kubectl,
-    and (when given) the admin kubeconfig as KUBECONFIG."""
+    the e2e's layer (:data:`PLATFORM_LAYER`) and (when given) the admin kubeconfig as
+    KUBECONFIG."""
     env = {
         **os.environ,
         "UPSTREAM_MIRROR_DIR": str(mirror_dir()),
         "KUBECTL": kubectl_binary(),
         "PYTHON": str(REPO_ROOT / ".venv" / "bin" / "python"),
+        "PLATFORM_LAYER_DIR": str(PLATFORM_LAYER),
     }
     if admin is not None:
         env["KUBECONFIG"] = str(admin)
@@ -628,47 +505,31 @@ def _interrupt(signum, frame) -> None:
 
 
 def start_platform(admin: Path, workdir: Path, timeout: float = 900) -> Platform:
-    """Install the platform with scripts/install-platform.sh (offline). The namespaces of
-    :data:`POD_NAMESPACES` are placed on the real node first, so the script's own Deployments
-    run the training-operator and Argo as pods, and the script waits for them as on k3d.
-    KServe's controller is still started here as a process as soon as the script has created
-    its ServiceAccount (it must answer its webhooks before the script applies the
-    ClusterServingRuntimes). Returns once the script exited 0 and every controller is ready;
-    on any failure stops what it started and raises ControllerError with the script output and
-    controller log tails."""
+    """Install the platform with scripts/install-platform.sh (offline), as on k3d: the
+    namespaces of :data:`POD_NAMESPACES` are placed on the real node first, and cert-manager's
+    stand-in runs beside the script, so the script's own Deployments run every controller as
+    a pod and the script waits for them. Returns once the script exited 0; on any failure
+    stops the stand-in and raises ControllerError with the script's output."""
     if threading.current_thread() is threading.main_thread():
-        # SIGTERM (e.g. a CI timeout) -> KeyboardInterrupt, so pytest runs the teardown that
-        # stops the controllers instead of leaving them behind
+        # SIGTERM (e.g. a CI timeout) -> KeyboardInterrupt, so pytest runs the teardown
         signal.signal(signal.SIGTERM, _interrupt)
     place_on_real_node(admin)
-    wirer = WebhookWirer(admin)
-    wirer.start()
+    certs = CertManagerStandIn(admin)
+    certs.start()
     t0 = time.monotonic()
     proc = run_install(admin)
-    out: list[str] = []
-    reader = threading.Thread(target=lambda: out.extend(proc.stdout), daemon=True)
-    reader.start()
-    started: dict[str, Controller] = {}
     try:
-        for name, make in (("kserve", lambda: kserve(admin, workdir, wirer)),):
-            try:
-                c = make()
-            except ControllerError as e:
-                raise ControllerError(f"{e}\ninstall-platform.sh output:\n{''.join(out)}") from e
-            c.start()
-            started[name] = c
-            c.wait_ready()
-        rc = proc.wait(timeout=max(1.0, timeout - (time.monotonic() - t0)))
-        reader.join(timeout=5)
-        if rc != 0:
-            raise ControllerError(f"install-platform.sh exited {rc}:\n{''.join(out)}")
-        return Platform(admin, workdir, "".join(out), time.monotonic() - t0, wirer, started)
+        out, _ = proc.communicate(timeout=timeout)
+        if proc.returncode != 0:
+            raise ControllerError(
+                f"install-platform.sh exited {proc.returncode}:\n{out}"
+                f"\ncert-manager stand-in errors: {certs.errors[-3:]}"
+            )
+        return Platform(admin, workdir, out, time.monotonic() - t0, certs)
     except BaseException:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
-        for c in started.values():
-            c.stop()
-        wirer.stop()
+        certs.stop()
         raise
 
 
@@ -692,7 +553,7 @@ def acquire_platform(admin: Path, workdir: Path) -> Platform:
 
 
 def release_platform() -> None:
-    """Drop one user of the session's platform; the last one stops the controllers."""
+    """Drop one user of the session's platform; the last one stops what it started."""
     _SESSION["users"] = int(_SESSION["users"]) - 1  # type: ignore[call-overload]
     if _SESSION["users"] <= 0 and _SESSION["platform"] is not None:  # type: ignore[operator]
         _SESSION["platform"].stop()  # type: ignore[union-attr]

@@ -1,7 +1,6 @@
 """The project's ``fashion-mnist`` InferenceService reconciled by the real KServe controller
-(v0.20.0 cmd/manager, a local process running as ServiceAccount kserve/kserve-controller-manager;
-its webhooks, including the pod mutator, served on 127.0.0.1 and wired by
-tests/e2e/controllers.py).
+(v0.20.0 cmd/manager, the pod of its install's Deployment on the real node; its webhooks,
+including the pod mutator, served through its Service, tests/e2e/controllers.py).
 
 Mode: **Standard** (``serving.kserve.io/deploymentMode: Standard``, the v0.20 name of
 RawDeployment), not the Knative mode the overlays use. Reason: Knative Serving's controller,

@@ -1,28 +1,23 @@
 """The platform is installed by ``scripts/install-platform.sh`` itself on the real API server.
 
 The session's platform (``controllers.acquire_platform``) runs the script against the e2e
-admin kubeconfig in offline mirror mode (``UPSTREAM_MIRROR_DIR`` = ../shared/upstream). The
-training-operator and Argo (workflow-controller, argo-server) run as the pods of the script's
-own Deployments on the real node (their namespaces placed there first; images built here under
-the pinned names); KServe's controller is still a local process with its own ServiceAccount
-token, started as soon as the script has created it.
+admin kubeconfig in offline mirror mode (``UPSTREAM_MIRROR_DIR`` = ../shared/upstream), with
+the e2e's layer (tests/e2e/platform-layer: KServe's imagePullPolicy). KServe's three controller
+managers, the training-operator and Argo (workflow-controller, argo-server) run as the pods of
+the script's own Deployments on the real node (their namespaces placed there first; images
+built here under the pinned names).
 
 Real: kube-apiserver (RBAC, default admission), etcd, kube-controller-manager, kube-scheduler;
 the script and kubectl; the pinned upstream release manifests; the controllers and the
-webhooks they serve (training-operator's TFJob validator through its Service with its own
-certificate, KServe's runtime/InferenceService validators and pod mutator).
+webhooks they serve through their Services (training-operator's TFJob validator with its own
+rotator's certificate; KServe's runtime/InferenceService validators and pod mutator, its
+llmisvc and localmodel webhooks).
 
 Stubbed, and why:
 - cert-manager and Knative Serving are installed as CRDs only: the mirror holds only their
-  CRDs, and their controllers/webhooks (and Knative's data plane) need container images that
-  cannot run here. The script's mirror mode does exactly that and says so; KServe's
-  Certificate/Issuer objects are therefore accepted but never issued (the e2e makes the webhook
-  certificates itself).
-- KServe's Deployments land on kwok nodes, which mark their pods Running and Ready (no
-  container runs): that lets the script's rollout wait pass while the controller runs as a
-  process (its webhook certificate would come from cert-manager, which is CRDs only here).
-- KServe's llmisvc/localmodel webhooks are set to failurePolicy Ignore (controllers.
-  IGNORED_WEBHOOKS: their controllers are not run; the project uses neither kind).
+  CRDs, and cert-manager's programs cannot be built here (docs/e2e-controllers.md). The script's
+  mirror mode does exactly that and says so. ``controllers.CertManagerStandIn`` issues the
+  Secrets of KServe's Certificates and injects their CA where cainjector would.
 """
 
 from __future__ import annotations
@@ -75,7 +70,7 @@ def test_install_succeeds_offline_and_says_what_is_stubbed(platform):
     v = versions_env()
     assert f"cert-manager {v['CERT_MANAGER_VERSION']}: CRDs only" in log
     assert f"Knative Serving {v['KNATIVE_SERVING_VERSION']}: CRDs only" in log
-    assert not platform.wirer.errors, platform.wirer.errors
+    assert not platform.certs.errors, platform.certs.errors
     platform.check_alive()
 
 
@@ -141,8 +136,8 @@ def test_crds_established_before_their_custom_resources(platform, rendered, kube
 
 def test_second_run_changes_nothing(platform, rendered, kubectl, kubeconfig):
     """Idempotent: a second run exits 0 and the objects it applies are unchanged afterwards
-    (``kubectl diff --server-side`` exits 0; the webhook configurations that the e2e re-points
-    at the local KServe controller are left out)."""
+    (``kubectl diff --server-side`` exits 0: the CA that cert-manager's stand-in and the
+    operator's rotator inject is theirs, not the script's)."""
     before = {
         c["metadata"]["name"]: c["metadata"]["generation"]
         for c in kubectl.json("get", "crd")["items"]
@@ -162,11 +157,7 @@ def test_second_run_changes_nothing(platform, rendered, kubectl, kubeconfig):
     }
     assert after == before
     for part in PARTS:
-        objs = [
-            o
-            for o in docs(rendered / part / "all.yaml")
-            if (o["kind"], o["metadata"]["name"]) not in platform.wirer.targets
-        ]
+        objs = docs(rendered / part / "all.yaml")
         diff = kubectl.run(
             "diff", "--server-side", "--force-conflicts", "-f", "-",
             input=yaml.safe_dump_all(objs), timeout=300,
@@ -176,25 +167,59 @@ def test_second_run_changes_nothing(platform, rendered, kubectl, kubeconfig):
 
 
 def test_webhooks_are_served_as_upstream_serves_them(platform, kubectl):
-    """training-operator's webhook is upstream's: its Service, with the CA its own cert rotator
-    injected. KServe's are the e2e's wiring to the local process (not a platform property, but
-    the KServe tests rely on it)."""
-    cfg = kubectl.json("get", "validatingwebhookconfiguration", controllers.TO_WEBHOOK[1])
-    for w in cfg["webhooks"]:
-        cc = w["clientConfig"]
-        assert "url" not in cc, json.dumps(w)
-        assert cc["service"]["namespace"] == "kubeflow", json.dumps(w)
-        assert cc.get("caBundle"), f"no CA injected by the operator's rotator: {json.dumps(w)}"
-    cfg = kubectl.json("get", "validatingwebhookconfiguration", controllers.KSERVE_WEBHOOKS[1][1])
-    urls = {w["clientConfig"].get("url", "") for w in cfg["webhooks"]}
-    assert all(u.startswith("https://127.0.0.1:") for u in urls), json.dumps(cfg["webhooks"])
+    """Every webhook of the training-operator and KServe is upstream's: its Service (no URL),
+    with a CA injected: the operator's own rotator's, and for KServe the ``ca.crt`` of the
+    Secret of the Certificate its ``cert-manager.io/inject-ca-from`` names (cert-manager's
+    stand-in), in its webhook configurations and its CRDs' conversion webhooks."""
+    configs = [
+        c
+        for kind in ("validatingwebhookconfiguration", "mutatingwebhookconfiguration")
+        for c in kubectl.json("get", kind)["items"]
+    ]
+    mine = {
+        c["metadata"]["name"]: c
+        for c in configs
+        if any(
+            w["clientConfig"].get("service", {}).get("namespace") in ("kubeflow", "kserve")
+            or "url" in w["clientConfig"]
+            for w in c["webhooks"]
+        )
+    }
+    assert "validator.training-operator.kubeflow.org" in mine, sorted(mine)
+    assert "inferenceservice.serving.kserve.io" in mine, sorted(mine)
+    crds = [
+        c
+        for c in kubectl.json("get", "crd")["items"]
+        if controllers.INJECT_CA_FROM in c["metadata"].get("annotations", {})
+    ]
+    assert crds, "no CRD asks for cert-manager's CA"
+    for c in [*mine.values(), *crds]:
+        if c["kind"] == "CustomResourceDefinition":
+            conversion = c["spec"].get("conversion") or {}
+            hooks = [conversion["webhook"]] if conversion.get("strategy") == "Webhook" else []
+        else:
+            hooks = c["webhooks"]
+        source = c["metadata"].get("annotations", {}).get(controllers.INJECT_CA_FROM)
+        want = None
+        if source:
+            ns, name = source.split("/")
+            cert = kubectl.json("get", "certificate", name, "-n", ns)
+            secret = kubectl.json("get", "secret", cert["spec"]["secretName"], "-n", ns)
+            assert controllers.ISSUED_BY in secret["metadata"]["annotations"]
+            want = secret["data"]["ca.crt"]
+        for w in hooks:
+            cc = w["clientConfig"]
+            assert "url" not in cc, json.dumps(w)
+            assert cc.get("caBundle"), f"{c['metadata']['name']}: no CA injected: {json.dumps(w)}"
+            if want:
+                assert cc["caBundle"] == want, c["metadata"]["name"]
 
 
 def test_controllers_run_as_pods_of_the_install_on_the_real_node(platform, kubectl):
-    """The training-operator's and Argo's pods are the install's Deployments, Running and Ready
-    on the real node with the images imported there under the pinned names, and no process of
-    this machine runs one of their binaries from scripts/tools.sh' cache (the host processes
-    they replaced)."""
+    """KServe's, the training-operator's and Argo's pods are the install's Deployments,
+    Running and Ready on the real node with the images imported there under the pinned names,
+    and no process of this machine runs one of their binaries from scripts/tools.sh' cache
+    (the host processes they replaced)."""
     assert controllers.unready_platform_pods(platform.admin) == []
     images = real_node.imported_images()
     for ns, deployments in controllers.POD_NAMESPACES.items():
@@ -205,8 +230,13 @@ def test_controllers_run_as_pods_of_the_install_on_the_real_node(platform, kubec
                 assert ref in images, (ns, name, ref, sorted(images))
     # a controller binary run from scripts/tools.sh' cache; in the pods they are /manager and
     # /bin/<name> (upstream's image layout), paths no host process of the run has
-    names = {"training-operator", "workflow-controller", "argo"}
-    in_pods = {"/manager", "/bin/workflow-controller", "/bin/argo"}
+    names = {
+        "training-operator", "workflow-controller", "argo", "kserve-manager", "kserve-llmisvc",
+        "kserve-localmodel", "kube-rbac-proxy",
+    }  # fmt: skip
+    in_pods = {
+        "/manager", "/bin/workflow-controller", "/bin/argo", "/usr/local/bin/kube-rbac-proxy",
+    }  # fmt: skip
     host = []
     for exe in Path("/proc").glob("[0-9]*/exe"):
         try:

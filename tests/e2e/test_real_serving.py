@@ -1,6 +1,6 @@
 """The project's InferenceService served, logged and autoscaled by real pods on the real node.
 
-What is real: KServe v0.20.0's controller and pod mutator (host processes, tests/e2e/
+What is real: KServe v0.20.0's controller and pod mutator (the pod of its install, tests/e2e/
 controllers.py) reconcile the rendered InferenceService in Standard mode (test_kserve.py says
 why not Knative's) into a Deployment, a Service and an HPA; the kubelet runs the predictor's
 pods (the model container and KServe's agent sidecar, built from KServe's cmd/agent), mounting

@@ -1,6 +1,6 @@
-"""The project's TFJob and PyTorchJob through the real Kubeflow training-operator (v1.9.4, a
-local process running as ServiceAccount kubeflow/training-operator, its validating webhook
-served on 127.0.0.1 and wired by tests/e2e/controllers.py).
+"""The project's TFJob and PyTorchJob through the real Kubeflow training-operator (v1.9.4, the
+pod of its install's Deployment on the real node, its validating webhook served through its
+Service with its own rotator's certificate; tests/e2e/controllers.py).
 
 The jobs are the ones the repository defines: the ``train`` (TFJob) and ``train-pytorch``
 (PyTorchJob) templates of the WorkflowTemplate as rendered by ``kubectl kustomize

@@ -211,7 +211,7 @@ def expected_version_rows() -> dict[str, list[str]]:
             env["KNATIVE_SERVING_VERSION"],
             env["KNATIVE_NET_KOURIER_VERSION"],
         ],
-        "KServe": [url["KSERVE_VERSION"]],
+        "KServe": [url["KSERVE_VERSION"], env["KUBE_RBAC_PROXY_VERSION"]],
         "Kubeflow training operator": [url["TRAINING_OPERATOR_VERSION"]],
         "Argo Workflows": [url["ARGO_WORKFLOWS_VERSION"], env["ARGO_WORKFLOWS_E2E_VERSION"]],
         "Argo CD": [url["ARGOCD_VERSION"]],

@@ -56,7 +56,8 @@ def test_references_are_what_the_pods_ask_for(clone, tmp_path):
     images = listing(clone, tmp_path / "cache")
     assert list(images) == [
         "pause", "python", "ml", "ml_torch", "argoexec", "agent", "busybox", "event_display",
-        "training_operator", "workflow_controller", "argocli",
+        "training_operator", "workflow_controller", "argocli", "kserve_controller",
+        "kserve_llmisvc", "kserve_localmodel", "kube_rbac_proxy",
     ]  # fmt: skip
     v = dict(
         line.split("=", 1) for line in (REPO / "versions.env").read_text().splitlines()
@@ -86,20 +87,50 @@ def test_references_are_what_the_pods_ask_for(clone, tmp_path):
     )[1]
     agent = images["agent"][0].removeprefix("docker.io/")
     mirror = Path(os.environ.get("UPSTREAM_MIRROR_DIR") or REPO.parent / "shared" / "upstream")
-    manifest = (mirror / f"kserve-{agent.rsplit(':', 1)[1]}.yaml").read_text()
+    kserve = f"kserve-{agent.rsplit(':', 1)[1]}.yaml"
+    manifest = (mirror / kserve).read_text()
     assert f'\\"image\\" : \\"{agent}\\"' in manifest, agent
     # the platform's controllers under the names their Deployments in the pinned installs give
     for image, manifest in [
         ("training_operator", f"training-operator-{operator_version}-standalone.yaml"),
         ("workflow_controller", f"argo-workflows-{argo}-install.yaml"),
         ("argocli", f"argo-workflows-{argo}-install.yaml"),
+        ("kserve_controller", kserve),
+        ("kserve_llmisvc", kserve),
+        ("kserve_localmodel", kserve),
+        ("kube_rbac_proxy", kserve),
     ]:
         ref = images[image][0]
-        assert re.search(rf"image: {re.escape(ref)}$", (mirror / manifest).read_text(), re.M), ref
+        # the manifest's name, or its short form that containerd names with docker.io/
+        name = rf"(docker\.io/)?{re.escape(ref.removeprefix('docker.io/'))}"
+        assert re.search(rf"image: {name}$", (mirror / manifest).read_text(), re.M), ref
+    assert images["kube_rbac_proxy"][0].endswith(f":{v['KUBE_RBAC_PROXY_VERSION']}")
+    assert (
+        images["kserve_controller"][0]
+        == f"docker.io/kserve/kserve-controller:{agent.rsplit(':', 1)[1]}"
+    )
     assert images["workflow_controller"][0].endswith(f"/workflow-controller:{argo}")
     assert images["argocli"][0].endswith(f"/argocli:{argo}")
     assert all(state == "missing" for _, _, state in images.values())
     assert all(Path(a).parent == tmp_path / "cache" for _, a, _ in images.values())
+
+
+def test_a_sidecar_version_other_than_the_installs_is_refused(clone, tmp_path):
+    """kube-rbac-proxy is built at KUBE_RBAC_PROXY_VERSION and imported under the name KServe's
+    install gives it: when the two differ, --list stops and names both."""
+    env_file = clone / "versions.env"
+    text = env_file.read_text()
+    want = re.search(r"^KUBE_RBAC_PROXY_VERSION=(\S+)$", text, re.M)[1]
+    env_file.write_text(
+        text.replace(f"KUBE_RBAC_PROXY_VERSION={want}", "KUBE_RBAC_PROXY_VERSION=v0.1.0")
+    )
+    proc = subprocess.run(
+        ["bash", str(clone / "scripts" / "e2e-images.sh"), "--list"],
+        capture_output=True, text=True, timeout=300,
+        env={**os.environ, "FMNIST_IMAGES_CACHE": str(tmp_path / "cache")},
+    )  # fmt: skip
+    assert proc.returncode != 0
+    assert f"kube-rbac-proxy:{want}" in proc.stderr and "v0.1.0" in proc.stderr, proc.stderr
 
 
 def test_archives_fails_naming_an_image_not_built(clone, tmp_path):
@@ -145,8 +176,9 @@ def test_a_file_outside_the_build_context_changes_no_key(clone, tmp_path):
 
 
 def test_a_shared_helpers_change_rebuilds_the_images_whose_recipes_call_it(clone, tmp_path):
-    """The key hashes each recipe with the helpers it reaches (ko_like -> scratch_image), so a
-    change to the scratch-image helper rebuilds exactly the images built with it."""
+    """The key hashes each recipe with the helpers it reaches (ko_like, kserve_manager ->
+    scratch_image), so a change to the scratch-image helper rebuilds exactly the images built
+    with it."""
     before = listing(clone, tmp_path / "cache")
     script = clone / "scripts" / "e2e-images.sh"
     text = script.read_text()
@@ -157,7 +189,8 @@ def test_a_shared_helpers_change_rebuilds_the_images_whose_recipes_call_it(clone
     changed = {i for i in before if after[i][1] != before[i][1]}
     assert changed == {
         "argoexec", "agent", "busybox", "event_display", "training_operator",
-        "workflow_controller", "argocli",
+        "workflow_controller", "argocli", "kserve_controller", "kserve_llmisvc",
+        "kserve_localmodel", "kube_rbac_proxy",
     }  # fmt: skip
 
 
