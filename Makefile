@@ -80,7 +80,7 @@ tools: ## build every pinned Go tool missing from the cache (kube-apiserver, etc
 kubeconform: ## build kubeconform (the binary `make validate` runs) if missing
 	$(TOOLS) kubeconform
 
-e2e-images: $(STAMP) tools ## build the real node's images (pause, Python base, project images, argoexec, agent, event_display) if missing
+e2e-images: $(STAMP) tools ## build the real node's images (pause, Python base, project images, argoexec, agent, busybox, event_display, the platform's controllers) if missing
 	@if [ "$${FMNIST_E2E_REAL_NODE:-1}" = 0 ]; then echo "FMNIST_E2E_REAL_NODE=0: no images"; else scripts/e2e-images.sh; fi
 
 e2e: $(STAMP) tools e2e-images ## start the real control plane and real node, run tests/e2e, always tear down

@@ -40,7 +40,8 @@
 #              the Go module proxy does not serve (docs/e2e-controllers.md)
 #   kserve_controller, kserve_llmisvc, kserve_localmodel  KServe's three controller managers
 #              (hack/tools/kserve.sh) at /manager, USER 65532, as upstream's Dockerfiles on
-#              distroless static:nonroot (its Deployments ask runAsNonRoot without a user)
+#              distroless static:nonroot (two of its Deployments ask runAsNonRoot without a
+#              user: the image's must be numeric; llmisvc's sets runAsUser 1000)
 #   kube_rbac_proxy  the sidecar of kserve-controller-manager (hack/tools/kube-rbac-proxy.sh) at
 #              /usr/local/bin/kube-rbac-proxy, USER 65532, as upstream's Dockerfile; its tag must
 #              be KUBE_RBAC_PROXY_VERSION, the version built

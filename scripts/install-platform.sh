@@ -4,7 +4,9 @@
 # ingressDomain) -> KServe (+ runtimes) -> Kubeflow training operator -> Argo Workflows. Each
 # part goes in three steps, so it is safe on a fresh cluster: (1) its CRDs, waited for until
 # Established; (2) its other objects (ConfigMaps included), retried while a webhook does not
-# answer yet, then its Deployments (controllers and webhooks) waited for until Available;
+# answer yet, then its Deployments (controllers and webhooks) waited for until rolled out
+# (`kubectl rollout status`: every replica of the current template updated and available, so
+# that a re-run with a new image that cannot start fails too, with the old pods still serving);
 # (3) its custom resources, retried the same way.
 # Idempotent: server-side apply everywhere, re-running changes nothing.
 set -euo pipefail
@@ -27,11 +29,16 @@ Env: UPSTREAM_MIRROR_DIR   read the release manifests from this offline mirror (
                            those two are installed as CRDs only (their controllers need
                            container images); KServe, the training operator and Argo Workflows
                            are installed in full.
-     PLATFORM_TIMEOUT      seconds to wait for each step (default 300)
+     PLATFORM_TIMEOUT      seconds to wait for each step, and for each Deployment's
+                           rollout (default 300)
      PLATFORM_LAYER_DIR    a directory of kustomize layers, one per part: <part>/kustomization.yaml
                            with \`resources: [rendered.yaml]\` (the part as rendered) and the
                            patches a cluster needs over the pinned install (an air-gapped
-                           cluster's imagePullPolicy, say). The e2e's: tests/e2e/platform-layer
+                           cluster's imagePullPolicy, say). Parts: cert-manager, knative-crds
+                           (online), knative, kourier (online), knative-config (its
+                           config-domain is appended after the layer), kserve,
+                           kserve-runtimes, training-operator, argo-workflows. The e2e's:
+                           tests/e2e/platform-layer
 USAGE
   exit 0
 fi
@@ -45,9 +52,18 @@ fi
 
 MIRROR="${UPSTREAM_MIRROR_DIR:-}"
 LAYER="${PLATFORM_LAYER_DIR:-}"
+# the parts (render's NAME), in both modes; a layer's directories must name some of them
+PARTS=(cert-manager knative-crds knative kourier knative-config kserve kserve-runtimes
+  training-operator argo-workflows)
 if [[ -n "${LAYER}" ]]; then
   [[ -d "${LAYER}" ]] || die "PLATFORM_LAYER_DIR=${LAYER} is not a directory"
   LAYER="$(cd "${LAYER}" && pwd)"
+  for d in "${LAYER}"/*/; do
+    [[ -f "${d}kustomization.yaml" ]] || continue
+    d="$(basename "${d}")"
+    [[ " ${PARTS[*]} " == *" ${d} "* ]] \
+      || die "PLATFORM_LAYER_DIR=${LAYER}: ${d}/ is no part (parts: ${PARTS[*]})"
+  done
 fi
 TIMEOUT="${PLATFORM_TIMEOUT:-300}"
 [[ "${TIMEOUT}" =~ ^[0-9]+$ ]] || die "PLATFORM_TIMEOUT must be a number of seconds, got ${TIMEOUT}"
@@ -90,10 +106,14 @@ render() {
   fi
   k kustomize "${out}/k" > "${out}/all.yaml"
   if [[ -n "${LAYER}" && -f "${LAYER}/$1/kustomization.yaml" ]]; then
-    # the layer's kustomization names the part's render as `rendered.yaml`
-    cp -r "${LAYER}/$1" "${out}/layer"
-    mv "${out}/all.yaml" "${out}/layer/rendered.yaml"
-    k kustomize "${out}/layer" > "${out}/all.yaml"
+    # the whole layer tree, links followed (a layer may share files with ../), the part's
+    # render beside its kustomization as `rendered.yaml`, which it must name
+    grep -q 'rendered\.yaml' "${LAYER}/$1/kustomization.yaml" \
+      || die "${LAYER}/$1/kustomization.yaml does not name rendered.yaml (the part as rendered)"
+    cp -rL "${LAYER}" "${out}/layers"
+    mv "${out}/all.yaml" "${out}/layers/$1/rendered.yaml"
+    k kustomize "${out}/layers/$1" > "${out}/all.yaml"
+    [[ -s "${out}/all.yaml" ]] || die "the layer ${LAYER}/$1 leaves nothing of $1"
   fi
   if [[ -n "${extra}" ]]; then printf -- '---\n' >> "${out}/all.yaml"; cat "${extra}" >> "${out}/all.yaml"; fi
   split_docs "${out}"
@@ -189,7 +209,7 @@ retry() {
 # (ErrImagePull, CrashLoopBackOff, ...), so a timeout names what to look at.
 not_available() {
   local ns
-  log "not Available within ${TIMEOUT}s (PLATFORM_TIMEOUT):"
+  log "not rolled out within ${TIMEOUT}s (PLATFORM_TIMEOUT, per Deployment):"
   k get -f "$1" -o wide >&2 || true
   for ns in $(awk '/^metadata:/ {m = 1; next} /^[a-z]/ {m = 0} m && /^  namespace:/ {print $2}' "$1" | sort -u); do
     log "pods in ${ns}:"
@@ -207,7 +227,7 @@ install() {
   fi
   if [[ -s "${d}/objects.yaml" ]]; then retry apply -f "${d}/objects.yaml"; fi
   if [[ -s "${d}/deploys.yaml" ]] \
-    && ! k wait --for=condition=Available -f "${d}/deploys.yaml" --timeout="${TIMEOUT}s"; then
+    && ! k rollout status -f "${d}/deploys.yaml" --timeout="${TIMEOUT}s" >&2; then
     not_available "${d}/deploys.yaml"
     return 1
   fi

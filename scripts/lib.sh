@@ -199,7 +199,9 @@ platform_image() {
   key="$({ echo "$*"; command -v "${KUBECTL}"; (cd "${dir}" && find . -type f -print0 \
     | LC_ALL=C sort -z | xargs -0 sha256sum); } | sha256sum | cut -c1-16)"
   if [[ -s "${cache}/${key}" ]]; then rm -rf "${dir}"; cat "${cache}/${key}"; return 0; fi
-  ref="$("${KUBECTL}" kustomize "${dir}" | "${PYTHON}" -c '
+  "${KUBECTL}" kustomize "${dir}" > "${dir}/rendered.yaml" \
+    || { rm -rf "${dir}"; die "base/platform/$1 does not render (offline? set UPSTREAM_MIRROR_DIR, or MIRROR_DIR for make)"; }
+  ref="$("${PYTHON}" -c '
 import sys
 import yaml
 deploy, container = sys.argv[1:]
@@ -210,7 +212,7 @@ for doc in yaml.load_all(sys.stdin, Loader=getattr(yaml, "CSafeLoader", yaml.Saf
                 print(c["image"])
                 sys.exit(0)
 sys.exit(f"error: no container {container} in a Deployment {deploy}")
-' "$2" "$3")" || { rm -rf "${dir}"; die "base/platform/$1: no image for $2/$3"; }
+' "$2" "$3" < "${dir}/rendered.yaml")" || { rm -rf "${dir}"; die "base/platform/$1: no image for $2/$3"; }
   rm -rf "${dir}"
   ref="$(canonical_image "${ref}")"
   mkdir -p "${cache}"

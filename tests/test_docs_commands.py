@@ -38,9 +38,21 @@ def _flags(words: tuple[str, ...]) -> list[str]:
     return [w.split("=", 1)[0] for w in words if w.startswith("-") and w != "-"]
 
 
+def _mirror_word(word: str) -> str:
+    """The docs' ``MIRROR_DIR=../shared`` assumes the clone beside the mirrors; a clone
+    elsewhere runs the tests with its own MIRROR_DIR (make exports it; its UPSTREAM_MIRROR_DIR
+    names the same folder), which then stands for it."""
+    if not word.startswith("MIRROR_DIR=") or (ROOT / word.split("=", 1)[1]).is_dir():
+        return word
+    upstream = os.environ.get("UPSTREAM_MIRROR_DIR")
+    mine = os.environ.get("MIRROR_DIR") or (os.path.dirname(upstream) if upstream else "")
+    return f"MIRROR_DIR={mine}"
+
+
 def check_make(cmd: DocCommand) -> None:
-    proc = _run(["make", "-n", *cmd.words[1:]])
-    assert proc.returncode == 0, f"make -n {' '.join(cmd.words[1:])}: {proc.stderr[-800:]}"
+    args = [_mirror_word(w) for w in cmd.words[1:]]
+    proc = _run(["make", "-n", *args])
+    assert proc.returncode == 0, f"make -n {' '.join(args)}: {proc.stderr[-800:]}"
 
 
 def check_script(cmd: DocCommand) -> None:

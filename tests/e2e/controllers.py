@@ -5,9 +5,10 @@ argo-server) run as the pods of the Deployments that scripts/install-platform.sh
 the real node: their namespaces (:data:`POD_NAMESPACES`) are created first with the real
 node's placement annotations, their images are built here under the pinned names
 (scripts/e2e-images.sh), and the e2e's kustomize layer (tests/e2e/platform-layer, the script's
-PLATFORM_LAYER_DIR) changes one field of KServe's: imagePullPolicy Always -> IfNotPresent
-(no registry can be reached). Every webhook keeps upstream's ``clientConfig.service``: the API
-server calls the pods through their Services.
+PLATFORM_LAYER_DIR) changes two fields of KServe's managers: imagePullPolicy Always ->
+IfNotPresent (no registry can be reached) and requests.cpu 100m -> 10m (the 2-core node).
+Every webhook keeps upstream's ``clientConfig.service``: the API server calls the pods through
+their Services.
 
 cert-manager cannot run here (docs/e2e-controllers.md: the main packages of its programs are
 Go modules that the module proxy does not serve), and install-platform.sh installs its CRDs
@@ -212,20 +213,26 @@ def _b64(data: bytes) -> str:
 class CertManagerStandIn(threading.Thread):
     """cert-manager's controller and cainjector, for what the pinned installs ask of them.
 
-    Every ``interval`` seconds, for each Certificate (cert-manager.io/v1) of the cluster:
+    Every ``interval`` seconds, for each Certificate (cert-manager.io/v1) of the cluster (none
+    before the install has created cert-manager's CRDs):
 
     - when its Secret (``spec.secretName``) does not exist, create it as cert-manager does:
       type kubernetes.io/tls with ``tls.crt`` (a server certificate for ``spec.dnsNames``,
       :func:`make_certs`, 1 year), ``tls.key`` and ``ca.crt``, and cert-manager's annotations
       (``cert-manager.io/certificate-name``, ``issuer-name``, ...) plus :data:`ISSUED_BY`;
-      then set the Certificate's status ``Ready=True``;
+      then set the Certificate's status ``Ready=True``. A Secret of that name that is not
+      the Certificate's (another ``certificate-name``, no ``ca.crt``) is left alone and
+      reported, as cainjector refuses it (pkg/controller/cainjector/sources.go);
     - inject that Secret's ``ca.crt`` as ``caBundle`` into every webhook of the
       Validating/MutatingWebhookConfigurations, and the conversion webhook of the CRDs,
       annotated :data:`INJECT_CA_FROM` with its ``namespace/name`` (JSON patches that touch
-      only ``caBundle``; ``clientConfig.service`` stays upstream's).
+      only ``caBundle``; ``clientConfig.service`` stays upstream's). CRDs are listed by their
+      metadata only (the installs' CRDs are about 10 MB) and read when annotated.
 
-    Not done: renewal, Issuer status, any issuer type's own semantics (the e2e's only Issuer is
-    KServe's selfSigned one). ``errors`` collects failures (the tests assert it is empty).
+    Each Certificate and each target is handled on its own: one that fails does not stop the
+    others. ``errors`` holds the failures of the last pass, one per object (the tests assert
+    it is empty). Not done: renewal, Issuer status, any issuer type's own semantics (the
+    e2e's only Issuer is KServe's selfSigned one).
     """
 
     def __init__(self, admin: Path, interval: float = 1.0) -> None:
@@ -237,6 +244,8 @@ class CertManagerStandIn(threading.Thread):
         self.cas: dict[str, bytes] = {}
         self._halt = threading.Event()
         self._apis = None
+        #: CRD name -> (resourceVersion, CAs) when it was last read and set right
+        self._crds_seen: dict[str, tuple] = {}
 
     def _clients(self):
         if self._apis is None:
@@ -252,7 +261,8 @@ class CertManagerStandIn(threading.Thread):
         return self._apis
 
     def issue(self, cert: dict) -> bytes:
-        """The CA (PEM) of ``cert``'s Secret, which is created first when missing."""
+        """The CA (PEM) of ``cert``'s Secret, which is created first when missing. Raises
+        ControllerError when a Secret of that name exists and is not ``cert``'s."""
         from kubernetes.client.exceptions import ApiException
 
         core, custom, _, _ = self._clients()
@@ -260,10 +270,17 @@ class CertManagerStandIn(threading.Thread):
         ns, name = meta["namespace"], meta["name"]
         try:
             secret = core.read_namespaced_secret(spec["secretName"], ns)
-            return base64.b64decode(secret.data["ca.crt"])
         except ApiException as e:
             if e.status != 404:
                 raise
+        else:
+            owner = (secret.metadata.annotations or {}).get("cert-manager.io/certificate-name")
+            if owner != name or "ca.crt" not in (secret.data or {}):
+                raise ControllerError(
+                    f"Secret {ns}/{spec['secretName']} is not Certificate {name}'s"
+                    f" (certificate-name {owner!r}, keys {sorted(secret.data or {})})"
+                )
+            return base64.b64decode(secret.data["ca.crt"])
         certs = make_certs(f"{name}.{ns}.cert-manager-stand-in", spec.get("dnsNames") or [])
         issuer = spec.get("issuerRef") or {}
         body = {
@@ -309,8 +326,30 @@ class CertManagerStandIn(threading.Thread):
         )
         return certs.ca_cert
 
-    def inject_once(self) -> int:
-        """One cainjector pass; number of objects patched."""
+    def _annotated_crds(self) -> dict[str, str]:
+        """Name -> resourceVersion of the CRDs annotated :data:`INJECT_CA_FROM`, from a
+        metadata-only list."""
+        _, _, _, ext = self._clients()
+        api = ext.api_client
+        request = api.param_serialize(
+            "GET", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+            header_params={
+                "Accept": "application/json;as=PartialObjectMetadataList;v=v1;g=meta.k8s.io"
+            },
+            auth_settings=["BearerToken"],
+        )  # fmt: skip
+        resp = api.call_api(*request)
+        resp.read()
+        items = json.loads(resp.data)["items"]
+        return {
+            i["metadata"]["name"]: i["metadata"]["resourceVersion"]
+            for i in items
+            if INJECT_CA_FROM in (i["metadata"].get("annotations") or {})
+        }
+
+    def inject(self, problems: dict[str, str]) -> int:
+        """One cainjector pass; number of objects patched. A target that fails goes to
+        ``problems`` (by kind/name) and the pass goes on."""
         _, _, adm, ext = self._clients()
         n = 0
         for lister, patcher in (
@@ -328,46 +367,75 @@ class CertManagerStandIn(threading.Thread):
                         path = f"/webhooks/{i}/clientConfig/caBundle"
                         ops.append({"op": "add", "path": path, "value": _b64(ca)})
                 if ops:
-                    patcher(o.metadata.name, ops)
-                    n += 1
-        for crd in ext.list_custom_resource_definition().items:
-            ca = self.cas.get((crd.metadata.annotations or {}).get(INJECT_CA_FROM, ""))
-            conv = crd.spec.conversion
-            if ca is None or conv is None or conv.strategy != "Webhook":
+                    try:
+                        patcher(o.metadata.name, ops)
+                        n += 1
+                    except Exception as e:  # noqa: BLE001 - reported, the pass goes on
+                        problems[f"webhook configuration {o.metadata.name}"] = _why(e)
+        for name, version in self._annotated_crds().items():
+            # a CRD is read (up to MBs) only when it or the CAs changed since it was last seen
+            seen = (version, tuple(sorted(self.cas.items())))
+            if self._crds_seen.get(name) == seen:
                 continue
-            if conv.webhook.client_config.ca_bundle != _b64(ca):
-                path = "/spec/conversion/webhook/clientConfig/caBundle"
-                ext.patch_custom_resource_definition(
-                    crd.metadata.name, [{"op": "add", "path": path, "value": _b64(ca)}]
-                )
-                n += 1
+            try:
+                crd = ext.read_custom_resource_definition(name)
+                ca = self.cas.get(crd.metadata.annotations[INJECT_CA_FROM])
+                conv = crd.spec.conversion
+                webhook = conv is not None and conv.strategy == "Webhook"
+                if ca is not None and webhook and conv.webhook.client_config.ca_bundle != _b64(ca):
+                    path = "/spec/conversion/webhook/clientConfig/caBundle"
+                    crd = ext.patch_custom_resource_definition(
+                        name, [{"op": "add", "path": path, "value": _b64(ca)}]
+                    )
+                    n += 1
+                self._crds_seen[name] = (crd.metadata.resource_version, seen[1])
+            except Exception as e:  # noqa: BLE001 - reported, the pass goes on
+                problems[f"CRD {name}"] = _why(e)
         return n
 
     def once(self) -> None:
-        """Issue what is missing, then inject."""
+        """Issue what is missing, then inject; ``errors`` becomes this pass's failures."""
+        from kubernetes.client.exceptions import ApiException
+
         _, custom, _, _ = self._clients()
-        certs = custom.list_cluster_custom_object("cert-manager.io", "v1", "certificates")
+        problems: dict[str, str] = {}
+        try:
+            certs = custom.list_cluster_custom_object("cert-manager.io", "v1", "certificates")
+        except ApiException as e:
+            if e.status != 404:  # 404: cert-manager's CRDs are not installed yet
+                raise
+            certs = {"items": []}
         cas = {}
         for cert in certs["items"]:
             key = f"{cert['metadata']['namespace']}/{cert['metadata']['name']}"
-            cas[key] = self.issue(cert)
+            try:
+                cas[key] = self.issue(cert)
+            except Exception as e:  # noqa: BLE001 - reported, the pass goes on
+                problems[f"Certificate {key}"] = _why(e)
         self.cas = cas
-        self.inject_once()
+        self.inject(problems)
+        self.errors = [f"{what}: {why}" for what, why in sorted(problems.items())]
 
     def run(self) -> None:  # noqa: D102 (threading.Thread API)
         while not self._halt.is_set():
             try:
                 self.once()
             except Exception as e:  # noqa: BLE001 - reported through .errors, never lost
-                # an ApiException's repr is its class only: its status, reason and body say why
-                why = getattr(e, "body", None) or ""
-                self.errors.append(f"{type(e).__name__} {getattr(e, 'status', '')} {why}"[:2000])
+                self.errors = [f"pass: {_why(e)}"]
             self._halt.wait(self.interval)
 
     def stop(self) -> None:
         """Stop (joins the thread)."""
         self._halt.set()
         self.join(timeout=10)
+
+
+def _why(e: BaseException) -> str:
+    """An exception in one line: an ApiException's status and body (its repr is its class
+    only), else its repr."""
+    if getattr(e, "status", None) is not None and hasattr(e, "body"):
+        return f"{type(e).__name__} {e.status} {e.body or e.reason}"[:2000]
+    return repr(e)[:2000]
 
 
 #: Namespaces of the platform whose controllers run as the pods of the pinned install on the
@@ -444,7 +512,9 @@ def mirror_dir() -> Path:
     env = os.environ.get("UPSTREAM_MIRROR_DIR")
     path = Path(env) if env else REPO_ROOT.parent / "shared" / "upstream"
     if not path.is_dir():
-        raise ControllerError(f"no upstream mirror at {path}: set MIRROR_DIR=../shared")
+        raise ControllerError(
+            f"no upstream mirror at {path}: set MIRROR_DIR (absolute, or relative to the clone)"
+        )
     return path
 
 

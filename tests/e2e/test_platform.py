@@ -2,10 +2,10 @@
 
 The session's platform (``controllers.acquire_platform``) runs the script against the e2e
 admin kubeconfig in offline mirror mode (``UPSTREAM_MIRROR_DIR`` = ../shared/upstream), with
-the e2e's layer (tests/e2e/platform-layer: KServe's imagePullPolicy). KServe's three controller
-managers, the training-operator and Argo (workflow-controller, argo-server) run as the pods of
-the script's own Deployments on the real node (their namespaces placed there first; images
-built here under the pinned names).
+the e2e's layer (tests/e2e/platform-layer: KServe's imagePullPolicy, CPU requests). KServe's
+three controller managers, the training-operator and Argo (workflow-controller, argo-server)
+run as the pods of the script's own Deployments on the real node (their namespaces placed there
+first; images built here under the pinned names).
 
 Real: kube-apiserver (RBAC, default admission), etcd, kube-controller-manager, kube-scheduler;
 the script and kubectl; the pinned upstream release manifests; the controllers and the
@@ -24,7 +24,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import controllers
@@ -246,3 +248,80 @@ def test_controllers_run_as_pods_of_the_install_on_the_real_node(platform, kubec
         if Path(target).name in names and target not in in_pods:
             host.append(f"{exe.parent.name}: {target}")
     assert host == [], host
+
+
+def test_a_controller_image_that_was_not_imported_fails_the_install_naming_it(
+    platform, kubeconfig, tmp_path
+):
+    """The install waits on what users wait on and says what is not ready: with the
+    localmodel controller's image renamed to a tag the node never imported (a layer over the
+    e2e's own), the script stops after PLATFORM_TIMEOUT and names the Deployment and the
+    pod's ErrImagePull / ImagePullBackOff. A run with the e2e's layer then puts it back."""
+    layer = tmp_path / "layer"
+    shutil.copytree(controllers.PLATFORM_LAYER, layer)
+    kust = layer / "kserve" / "kustomization.yaml"
+    k = yaml.safe_load(kust.read_text())
+    k["images"] = [{"name": "kserve/kserve-localmodel-controller", "newTag": "not-imported"}]
+    kust.write_text(yaml.safe_dump(k))
+    env = {**controllers.install_env(kubeconfig), "PLATFORM_LAYER_DIR": str(layer)}
+    proc = subprocess.run(
+        ["bash", str(REPO_ROOT / "scripts" / "install-platform.sh")],
+        env={**env, "PLATFORM_TIMEOUT": "60"},
+        capture_output=True, text=True, timeout=900, check=False,
+    )  # fmt: skip
+    out = proc.stdout + proc.stderr
+    try:
+        assert proc.returncode != 0, out
+        assert "not rolled out within 60s" in out, out
+        assert "kserve-localmodel-controller-manager" in out, out
+        assert "ErrImagePull" in out or "ImagePullBackOff" in out, out
+    finally:
+        again = subprocess.run(
+            ["bash", str(REPO_ROOT / "scripts" / "install-platform.sh")],
+            env=controllers.install_env(kubeconfig),
+            capture_output=True, text=True, timeout=900, check=False,
+        )  # fmt: skip
+    assert again.returncode == 0, again.stdout + again.stderr
+    platform.check_alive()
+
+
+def test_the_cert_manager_stand_in_issues_each_certificate_on_its_own(platform, kubectl, namespace):
+    """A Certificate whose Secret name is taken by a Secret that is not its own is reported
+    (``errors``) and left alone, as cainjector refuses such a Secret; the other Certificates are
+    still issued, with cert-manager's keys and annotations; the report goes once the
+    Certificate does."""
+
+    def certificate(name: str, secret: str) -> dict:
+        return {
+            "apiVersion": "cert-manager.io/v1",
+            "kind": "Certificate",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {
+                "secretName": secret,
+                "dnsNames": [f"{name}.{namespace}.svc"],
+                "issuerRef": {"kind": "Issuer", "name": "selfsigned-issuer"},
+            },
+        }
+
+    kubectl("create", "secret", "generic", "taken", "-n", namespace, "--from-literal=a=b")
+    kubectl.apply([certificate("squatted", "taken"), certificate("fresh", "fresh-tls")])
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        errors = list(platform.certs.errors)
+        issued = kubectl.run("get", "secret", "fresh-tls", "-n", namespace, "-o", "json")
+        if errors and issued.returncode == 0:
+            break
+        time.sleep(1)
+    assert [e for e in errors if f"Secret {namespace}/taken is not Certificate squatted" in e]
+    secret = json.loads(issued.stdout)
+    assert secret["type"] == "kubernetes.io/tls"
+    assert set(secret["data"]) == {"tls.crt", "tls.key", "ca.crt"}
+    assert secret["metadata"]["annotations"]["cert-manager.io/certificate-name"] == "fresh"
+    cert = kubectl.json("get", "certificate", "fresh", "-n", namespace)
+    assert {(c["type"], c["status"]) for c in cert["status"]["conditions"]} == {("Ready", "True")}
+    assert kubectl.json("get", "secret", "taken", "-n", namespace)["data"] == {"a": "Yg=="}
+    kubectl("delete", "certificate", "squatted", "-n", namespace)
+    deadline = time.monotonic() + 30
+    while platform.certs.errors and time.monotonic() < deadline:
+        time.sleep(1)
+    assert platform.certs.errors == []

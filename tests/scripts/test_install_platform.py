@@ -128,10 +128,21 @@ def _render_with_layer(out: Path, layer: Path) -> subprocess.CompletedProcess:
 
 def test_a_layer_patches_its_part_and_nothing_else(rendered, tmp_path):
     """PLATFORM_LAYER_DIR/<part>/kustomization.yaml is applied over that part's render (the
-    e2e's layer: KServe's imagePullPolicy); the other parts render as without it, and a layer
-    directory that does not exist is refused."""
+    e2e's layer: KServe's imagePullPolicy and CPU requests); the other parts render as without
+    it, and a layer directory that does not exist is refused."""
     proc = _render_with_layer(tmp_path / "x", tmp_path / "no-such-layer")
     assert proc.returncode != 0 and "PLATFORM_LAYER_DIR" in proc.stderr, proc.stderr
+    # a misspelt part, and a layer that leaves the part out, are refused (not silently ignored
+    # or installed as nothing)
+    for part, kustomization, error in [
+        ("kservee", "resources: [rendered.yaml]\n", "kservee/ is no part"),
+        ("kserve", "resources: []\n", "does not name rendered.yaml"),
+    ]:
+        bad = tmp_path / f"bad-{part}-{len(kustomization)}"
+        (bad / part).mkdir(parents=True)
+        (bad / part / "kustomization.yaml").write_text(kustomization)
+        proc = _render_with_layer(tmp_path / "y", bad)
+        assert proc.returncode != 0 and error in proc.stderr, proc.stderr
     out = tmp_path / "layered"
     proc = _render_with_layer(out, REPO / "tests" / "e2e" / "platform-layer")
     assert proc.returncode == 0, proc.stderr
@@ -143,6 +154,10 @@ def test_a_layer_patches_its_part_and_nothing_else(rendered, tmp_path):
         was = before[key]["spec"]["template"]["spec"]["containers"][0]
         now = after[key]["spec"]["template"]["spec"]["containers"][0]
         assert (was["imagePullPolicy"], now["imagePullPolicy"]) == ("Always", "IfNotPresent")
-        assert {**was, "imagePullPolicy": None} == {**now, "imagePullPolicy": None}, key
+        # requests.cpu lowered to fit the 2-core node (the layer says why); limits upstream's
+        assert now["resources"]["requests"]["cpu"] == "10m", key
+        assert now["resources"]["limits"] == was["resources"]["limits"], key
+        same = {"imagePullPolicy": None, "resources": None}
+        assert {**was, **same} == {**now, **same}, key
     for part in ("training-operator", "argo-workflows", "cert-manager"):
         assert (rendered / part / "all.yaml").read_text() == (out / part / "all.yaml").read_text()
