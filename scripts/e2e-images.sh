@@ -147,10 +147,10 @@ recipe_of() { # IMAGE -> the source of its recipe function and of the helpers it
   printf '%s\n' "$text"
 }
 
-archive_of() { # IMAGE -> its cache path; the key: its recipe, reference and inputs
-  local key ref
+archive_of() { # IMAGE [REF] -> its cache path; the key: its recipe, reference and inputs
+  local key ref="${2:-}"
   # a reference that cannot be had (ref_of died) stops here, not in a key of an empty name
-  ref="$(ref_of "$1")" || return 1
+  [[ -n "$ref" ]] || ref="$(ref_of "$1")" || return 1
   key="$({ recipe_of "$1"; echo "$ref"; inputs_of "$1"; } | sha256sum | cut -c1-12)"
   echo "$CACHE/$1-$key.tar"
 }
@@ -312,8 +312,8 @@ case "${1:-}" in
     done ;;
   --list)
     for i in "${IMAGES[@]}"; do
-      a="$(archive_of "$i")" || exit 1
       r="$(ref_of "$i")" || exit 1
+      a="$(archive_of "$i" "$r")" || exit 1
       echo "$i $r $a $([[ -f "$a" ]] && echo built || echo missing)"
     done ;;
   -h|--help)

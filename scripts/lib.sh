@@ -188,7 +188,8 @@ canonical_image() {
 
 # platform_image PART DEPLOYMENT CONTAINER: the image of CONTAINER in the Deployment of
 # base/platform/PART as it renders (the pinned upstream install, through the mirror when
-# UPSTREAM_MIRROR_DIR is set), canonical (canonical_image). The e2e's real node gets its local build under this name.
+# UPSTREAM_MIRROR_DIR is set), canonical (canonical_image). The e2e's real node gets its local
+# build under this name.
 # Rendering Argo's install takes seconds (12 MB of CRDs), so the answer is kept in
 # ${XDG_CACHE_HOME:-~/.cache}/fashion-mnist-gitops/refs under a key that hashes everything the
 # render reads (the kustomization with its mirror files copied in, the kubectl) and the question.

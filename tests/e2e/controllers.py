@@ -93,13 +93,6 @@ class Certs:
     cert: bytes
     key: bytes
 
-    def write(self, certdir: Path) -> None:
-        """Write ``tls.crt``/``tls.key`` (controller-runtime's webhook layout) to ``certdir``."""
-        certdir.mkdir(parents=True, exist_ok=True)
-        (certdir / "tls.crt").write_bytes(self.cert)
-        (certdir / "tls.key").write_bytes(self.key)
-        (certdir / "tls.key").chmod(0o600)
-
 
 def make_certs(ca_name: str, dns_names: list[str]) -> Certs:
     """A CA named ``ca_name`` (also its DNS SAN, as cert-controller's rotator checks) and a
