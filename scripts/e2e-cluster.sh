@@ -224,11 +224,27 @@ EOF
   log "ready in $((ms / 1000)).$((ms % 1000 / 100)) s: source $E2E_DIR/env"
 }
 
+# Every component's log in one place, $E2E_DIR/logs, before `down` removes where they were: the
+# pods' still there (the platform's controllers; the kubelet deletes a deleted pod's logs),
+# the control plane's (kwokctl delete removes its cluster directory); the real node's own
+# (kubelet, containerd, kube-proxy, CoreDNS, metrics-server) stay in $E2E_DIR/kwok/node, the
+# platform install's in $E2E_DIR/logs/platform (tests/e2e/conftest.py).
+keep_logs() {
+  local logs="$E2E_DIR/logs" cp_dir="$E2E_DIR/kwok/clusters/$NAME/logs"
+  mkdir -p "$logs"
+  if [[ -d "$E2E_DIR/kwok/node/pod-logs" ]]; then
+    cp -a "$E2E_DIR/kwok/node/pod-logs/." "$logs/pods/" 2>/dev/null || true
+  fi
+  if [[ -d "$cp_dir" ]]; then cp -a "$cp_dir/." "$logs/control-plane/" 2>/dev/null || true; fi
+  ln -sfn ../kwok/node "$logs/node"
+}
+
 down() {
   # Only ever the run named explicitly: several runs (other clones, other users) may coexist.
   E2E_DIR="${1:-${E2E_DIR:-}}"
   [[ -n "$E2E_DIR" ]] || die "usage: $0 down E2E_DIR (the directory \`up\` printed)"
   bins
+  keep_logs
   local holder="" node_failed=0
   if [[ -f "$E2E_DIR/netns.pid" ]] && kill -0 "$(cat "$E2E_DIR/netns.pid")" 2>/dev/null; then
     holder="$(cat "$E2E_DIR/netns.pid")"
@@ -315,7 +331,11 @@ run() {
   child=""
   trap - INT TERM EXIT
   down
-  if ((rc == 0)); then rm -rf "$E2E_DIR"; else log "failed (exit $rc); cluster logs kept in $E2E_DIR"; fi
+  if ((rc == 0)); then
+    rm -rf "$E2E_DIR"
+  else
+    log "failed (exit $rc); cluster logs kept in $E2E_DIR/logs (pods, control-plane, node, platform)"
+  fi
   return "$rc"
 }
 

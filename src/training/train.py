@@ -741,6 +741,13 @@ def backup_and_restore(backup_dir: Path):
                     status.assert_existing_objects_matched()
                 except AssertionError as e:
                     self.refuse(e)
+                # the last epoch the backup finished (0-based; fit() resumes after it), in the
+                # PyTorch trainer's words (training.torch_train: "resumes from")
+                done = int(keras.backend.eval(self._training_state._ckpt_saved_epoch)) + 1
+                log.info(
+                    "resumes from %s (%d of %d epochs done)",
+                    manager.latest_checkpoint, done, self.params.get("epochs", 0),
+                )  # fmt: skip
 
     return RefusingBackupAndRestore(backup_dir=str(backup_dir))
 
@@ -945,9 +952,10 @@ def train(args: argparse.Namespace, task: TaskInfo, model_builder=None) -> dict:
     return history
 
 
-# Exit code when a peer is lost (a collective op fails with one of these errors): >= 128, so
-# the training operator (TFJob restartPolicy ExitCode) re-creates the pod instead of failing the
-# job, which it does for codes 1-127 (a bug, a bad argument: retrying cannot help).
+# Exit code when a peer is lost (a collective op fails with one of these errors): >= 128, so a
+# TFJob under the operator's restartPolicy ExitCode re-creates the pod instead of failing the
+# job, which it does for codes 1-127 (a bug, a bad argument). The pipeline's own jobs use
+# restartPolicy Never and recover by retrying the step (docs/training.md "Losing a pod").
 PEER_LOST_EXIT_CODE = 138
 PEER_LOST_ERRORS = ("UnavailableError", "DeadlineExceededError", "AbortedError", "CancelledError")
 

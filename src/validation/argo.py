@@ -15,6 +15,8 @@ WORKFLOW_KINDS = {"Workflow", "WorkflowTemplate", "ClusterWorkflowTemplate", "Cr
 PLACEHOLDER = re.compile(r"\{\{\s*([^{}]+?)\s*\}\}")
 # What {{workflow.name}} becomes when the harness substitutes it (a generateName-like name).
 SAMPLE_WORKFLOW_NAME = "fashion-mnist-pipeline-x7k2p"
+# The attempt number of a template with a retryStrategy (0, then 1, 2... for each retry).
+RETRIES = "retries"
 # The one Argo expression the manifests use: sprig.replace('old', 'new', inputs.parameters['x'])
 REPLACE = re.compile(r"sprig\.replace\('([^']*)', *'([^']*)', *inputs\.parameters\['([^']+)'\]\)")
 # One requirement of a resource condition: (key, operator, value) of a Kubernetes label-selector
@@ -98,6 +100,8 @@ def calls(o: Obj) -> list[Call]:
 
     def call(t: dict, caller: str, args: dict) -> Call:
         values = dict(base)
+        if t.get("retryStrategy"):  # Argo defines {{retries}} only there (0: the first attempt)
+            values[RETRIES] = "0"
         for p in dig(t, "inputs", "parameters", default=[]):
             if (v := args.get(p.get("name"), p.get("value", p.get("default")))) is not None:
                 values[f"inputs.parameters.{p.get('name')}"] = str(v)

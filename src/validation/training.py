@@ -9,7 +9,9 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
-from validation.argo import requirements
+import yaml
+
+from validation.argo import RETRIES, WORKFLOW_KINDS, calls, requirements, substitute
 from validation.core import Context, Hit, check
 
 COUNTED_RESTART_POLICIES = ("ExitCode", "Never")
@@ -60,6 +62,96 @@ def tfjob_conditions(ctx: Context) -> Iterator[Hit]:
             for req, parsed in requirements(res.get(key), job.extra["values"]):
                 if problem := condition_problem(key, req, parsed, specs):
                     yield wf, f"{step}.{key}", f"{problem} (call {job.extra['caller']})"
+
+
+# Argo retries a Failed step under these policies (OnError, OnTransientError: errors only)
+RETRYING_POLICIES = ("OnFailure", "Always")
+# the trainers' flags naming the directory a run resumes from (<checkpoint-dir>/<type>/<run-id>)
+RESUME_FLAGS = ("--checkpoint-dir", "--run-id")
+
+
+def flag_values(doc: dict, field: str) -> dict[str, list[str]]:
+    """``--flag`` -> its values in every replica container's args of a rendered job."""
+    out: dict[str, list[str]] = {}
+    for rspec in ((doc.get("spec") or {}).get(field) or {}).values():
+        for c in (((rspec or {}).get("template") or {}).get("spec") or {}).get("containers") or []:
+            args = [str(a) for a in c.get("args") or []]
+            for flag, value in zip(args, args[1:], strict=False):
+                if flag in RESUME_FLAGS:
+                    out.setdefault(flag, []).append(value)
+    return out
+
+
+def retry_problems(template: dict, attempts: list[dict], field: str) -> Iterator[tuple]:
+    """(field under the step, message) for each way a retried training step would not resume:
+    no bounded retry of a Failed step, one job name for every attempt, a resume directory that
+    changes between attempts. ``attempts``: the job as attempts 0 and 1 render it."""
+    strategy = template.get("retryStrategy")
+    if not strategy:
+        yield (
+            "retryStrategy",
+            (
+                "missing: training-operator v1.9.4 fails the whole job when a pod is deleted, "
+                "evicted or drained; only a retried step (a new job) resumes the run"
+            ),
+        )
+        return
+    limit = str(strategy.get("limit", ""))
+    if not limit.isdigit() or int(limit) < 1:
+        yield (
+            "retryStrategy.limit",
+            (
+                f"{limit or 'unset'!r}: a whole number >= 1 (unset, Argo retries a crashing "
+                "trainer forever)"
+            ),
+        )
+    if (policy := strategy.get("retryPolicy", "OnFailure")) not in RETRYING_POLICIES:
+        yield "retryStrategy.retryPolicy", f"{policy!r} never retries a Failed step"
+    names = [(a.get("metadata") or {}).get("name") for a in attempts]
+    if names[0] == names[1]:
+        yield (
+            "resource.manifest.metadata.name",
+            (
+                f"{names[0]!r} in every attempt: the retried create is refused (AlreadyExists); "
+                f"name the job per attempt with {{{{{RETRIES}}}}}"
+            ),
+        )
+    first, second = (flag_values(a, field) for a in attempts)
+    for flag in RESUME_FLAGS:
+        if first.get(flag) != second.get(flag):
+            yield (
+                "resource.manifest",
+                (
+                    f"{flag} {first.get(flag)} becomes {second.get(flag)} on a retry: the retried "
+                    "job would start over instead of resuming the run's backup"
+                ),
+            )
+
+
+@check("training-retry")
+def training_retry(ctx: Context) -> Iterator[Hit]:
+    """A step creating a TFJob or PyTorchJob retries a lost pod: a bounded ``retryStrategy``
+    that retries a Failed step, a job named per attempt (``{{retries}}``), and the same resume
+    directory (``--checkpoint-dir``, ``--run-id``) in every attempt. Read from the templates
+    themselves (a manifest using ``{{retries}}`` without a retryStrategy does not resolve)."""
+    for wf in ctx.kinds(*WORKFLOW_KINDS):
+        for call in calls(wf):
+            res = call.template.get("resource") or {}
+            if res.get("action") != "create" or not res.get("manifest"):
+                continue
+            try:
+                attempts = [
+                    yaml.safe_load(substitute(res["manifest"], call.values | {RETRIES: n}))
+                    for n in ("0", "1")
+                ]
+            except yaml.YAMLError:
+                continue  # the `workflow` check reports a manifest that does not parse
+            if not all(isinstance(a, dict) for a in attempts):
+                continue
+            if (kind := attempts[0].get("kind")) not in REPLICA_SPECS:
+                continue
+            for where, msg in retry_problems(call.template, attempts, REPLICA_SPECS[kind]):
+                yield wf, f"{call.path}.{where}", f"{msg} (call {call.caller})"
 
 
 @check("tfjob-restart-policy")

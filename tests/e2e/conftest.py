@@ -56,7 +56,13 @@ def platform(kubectl: Kubectl, kubeconfig: Path, tmp_path_factory: pytest.TempPa
     running as the install's pods on the real node (``controllers.py``), once per session."""
     import controllers
 
-    p = controllers.acquire_platform(kubeconfig, tmp_path_factory.mktemp("controllers"))
+    # under the run's directory when there is one: kept with the cluster's logs after a
+    # failure (scripts/e2e-cluster.sh keep_logs), where its message points
+    run_dir = os.environ.get("FMNIST_E2E_DIR")
+    workdir = Path(run_dir) / "logs" / "platform" if run_dir else None
+    if workdir is not None:
+        workdir.mkdir(parents=True, exist_ok=True)
+    p = controllers.acquire_platform(kubeconfig, workdir or tmp_path_factory.mktemp("controllers"))
     yield p
     controllers.release_platform()
 

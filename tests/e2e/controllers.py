@@ -583,6 +583,7 @@ def start_platform(admin: Path, workdir: Path, timeout: float = 900) -> Platform
     proc = run_install(admin)
     try:
         out, _ = proc.communicate(timeout=timeout)
+        (workdir / "install-platform.log").write_text(out)  # kept with the cluster's logs
         if proc.returncode != 0:
             raise ControllerError(
                 f"install-platform.sh exited {proc.returncode}:\n{out}"

@@ -135,3 +135,11 @@ def versions_env() -> dict[str, str]:
             key, value = line.split("=", 1)
             out[key.strip()] = value.strip()
     return out
+
+
+def train_retry_limit() -> int:
+    """The pipeline's ``train`` step retry limit (its ``retryStrategy.limit``), as git sets it
+    in base/ml/pipeline/workflowtemplate.yaml: a failing run makes ``limit + 1`` jobs."""
+    wft = yaml.safe_load((REPO_ROOT / "base/ml/pipeline/workflowtemplate.yaml").read_text())
+    (train,) = [t for t in wft["spec"]["templates"] if t["name"] == "train"]
+    return int(train["retryStrategy"]["limit"])

@@ -7,7 +7,7 @@ parameter and ``{{=sprig...}}`` substitution, memoization written to its cache C
 ServiceAccount argo/argo); ``argoexec`` for the resource steps (tests/e2e/argo_executor.py): it
 creates each TFJob and applies the InferenceService annotation as the pipeline's ServiceAccount
 and judges the TFJob by the template's success/failure conditions; the training-operator
-(TF_CONFIG, pods, ExitCode restarts, the TFJob's conditions).
+(TF_CONFIG, pods, the TFJob's conditions).
 Simulated: every container. kwok completes the ingest and select pods (exit 0) and the TFJob
 worker pods (exit 0, or exit 1 on a node where they "fail": the pipeline's own
 ``train-node-selector`` parameter puts them there); no data is read and no model is trained.
@@ -24,7 +24,7 @@ import controllers
 import pytest
 import yaml
 from argo_executor import ResourceStepRunner
-from e2e_kube import REPO_ROOT, Kubectl
+from e2e_kube import REPO_ROOT, Kubectl, train_retry_limit
 
 NAMESPACE = "fashion-mnist"
 VARIANTS = ("cnn", "dropout", "batch-norm")  # the TFJobs' DAG tasks
@@ -117,11 +117,11 @@ def test_pipeline_runs_the_dag_in_order(first_run, kubectl):
 
 def test_train_steps_created_their_tfjobs_through_the_operator(first_run, kubectl):
     for variant in VARIANTS:
-        job = kubectl.json("get", "tfjob", f"{first_run}-{variant}", "-n", NAMESPACE)
+        job = kubectl.json("get", "tfjob", f"{first_run}-{variant}-0", "-n", NAMESPACE)
         types = {c["type"]: c["status"] for c in job["status"]["conditions"]}
         assert types.get("Succeeded") == "True", job["status"]
         worker = job["spec"]["tfReplicaSpecs"]["Worker"]
-        assert worker["restartPolicy"] == "ExitCode"
+        assert worker["restartPolicy"] == "Never"
         args = worker["template"]["spec"]["containers"][0]["args"]
         assert args[args.index("--run-id") + 1] == first_run
         assert args[args.index("--epochs") + 1] == "1"  # the -p given to submit-pipeline.sh
@@ -130,7 +130,7 @@ def test_train_steps_created_their_tfjobs_through_the_operator(first_run, kubect
 
 
 def test_train_step_created_the_pytorchjob_through_the_operator(first_run, kubectl):
-    job = kubectl.json("get", "pytorchjob", f"{first_run}-pytorch", "-n", NAMESPACE)
+    job = kubectl.json("get", "pytorchjob", f"{first_run}-pytorch-0", "-n", NAMESPACE)
     types = {c["type"]: c["status"] for c in job["status"]["conditions"]}
     assert types.get("Succeeded") == "True", job["status"]
     specs = job["spec"]["pytorchReplicaSpecs"]
@@ -174,10 +174,12 @@ def test_second_run_hits_the_memoization_cache(first_run, deployed, kubectl, kub
 
 def test_failed_training_fails_the_dev_loop_promptly(first_run, deployed, kubectl, kubeconfig):
     """``scripts/train.sh cnn`` (the README's dev loop: the pipeline's ``train`` step alone) on
-    a node where its workers exit 1: the operator marks the TFJob Failed (exit 1 is permanent
-    under restartPolicy ExitCode), argoexec's failureCondition sees it, the step and the
-    Workflow fail, and the script exits 1 without waiting for its timeout. (The full pipeline
-    continues past a failed variant by design: selection publishes the best of the others.)"""
+    a node where its workers exit 1: the operator marks each attempt's TFJob Failed, argoexec's
+    failureCondition sees it, the step is retried (its retryStrategy: a new job per attempt)
+    until its limit, then the step and the Workflow fail, and the script exits 1 without
+    waiting for its timeout. (The full pipeline continues past a failed variant by design:
+    selection publishes the best of the others.)"""
+    limit = train_retry_limit()
     t0 = time.monotonic()
     proc = _script(
         kubectl, kubeconfig, "train.sh", "cnn", "-p", "epochs=1",
@@ -188,19 +190,29 @@ def test_failed_training_fails_the_dev_loop_promptly(first_run, deployed, kubect
     assert "Failed" in proc.stderr or "Error" in proc.stderr, proc.stderr
     assert seconds < 240, f"train.sh took {seconds:.0f} s to report the failure"
     failed = proc.stdout.strip().splitlines()[-1].removeprefix("workflow.argoproj.io/")
-    job = kubectl.json("get", "tfjob", f"{failed}-cnn", "-n", NAMESPACE)
-    conditions = {c["type"]: c for c in job["status"]["conditions"]}
-    assert conditions["Failed"]["status"] == "True", job["status"]
-    pods = kubectl.json(
-        "get", "pods", "-n", NAMESPACE, "-l", f"training.kubeflow.org/job-name={failed}-cnn"
-    )
-    codes = {
-        s["state"]["terminated"]["exitCode"]
-        for p in pods["items"]
-        for s in p["status"].get("containerStatuses", [])
-        if "terminated" in s.get("state", {})
-    }
-    assert codes <= {1}, codes
+    owned = [
+        j
+        for j in kubectl.json("get", "tfjobs", "-n", NAMESPACE)["items"]
+        if any(o["name"] == failed for o in j["metadata"].get("ownerReferences", []))
+    ]
+    # one job per attempt, every one Failed: the retry is bounded
+    assert sorted(j["metadata"]["name"] for j in owned) == [
+        f"{failed}-cnn-{n}" for n in range(limit + 1)
+    ]
+    for job in owned:
+        conditions = {c["type"]: c for c in job["status"]["conditions"]}
+        assert conditions["Failed"]["status"] == "True", job["status"]
+        pods = kubectl.json(
+            "get", "pods", "-n", NAMESPACE, "-l",
+            f"training.kubeflow.org/job-name={job['metadata']['name']}",
+        )  # fmt: skip
+        codes = {
+            s["state"]["terminated"]["exitCode"]
+            for p in pods["items"]
+            for s in p["status"].get("containerStatuses", [])
+            if "terminated" in s.get("state", {})
+        }
+        assert codes <= {1}, codes
 
 
 def test_overlays_apply_cleanly_and_idempotently(deployed, kubectl: Kubectl, namespace: str):

@@ -33,7 +33,8 @@ import controllers
 import pytest
 import real_node
 import yaml
-from e2e_kube import REPO_ROOT, versions_env
+from e2e_kube import REPO_ROOT, Kubectl, versions_env, wait_until
+from test_training_operator import render_job, setup_namespace
 
 PARTS = [
     "cert-manager",
@@ -325,3 +326,128 @@ def test_the_cert_manager_stand_in_issues_each_certificate_on_its_own(platform, 
     while platform.certs.errors and time.monotonic() < deadline:
         time.sleep(1)
     assert platform.certs.errors == []
+
+
+# --- the install's RBAC, broken as a bad upgrade or a hand edit would break it -----------------
+
+
+def _clusterrole_without(kubectl: Kubectl, name: str, resource: str, verb: str = "") -> dict:
+    """Replace ClusterRole ``name`` by a copy that no longer grants ``verb`` (every verb when
+    empty) on ``resource``; returns the original, for :func:`_put_back`."""
+    original = kubectl.json("get", "clusterrole", name)
+    broken = json.loads(json.dumps(original))
+    rules = []
+    for rule in broken["rules"]:
+        if resource not in rule.get("resources", []):
+            rules.append(rule)
+            continue
+        others = [r for r in rule["resources"] if r != resource]
+        if others:
+            rules.append({**rule, "resources": others})
+        if verb and (verbs := [v for v in rule["verbs"] if v != verb]):
+            rules.append({**rule, "resources": [resource], "verbs": verbs})
+    broken["rules"] = rules
+    assert broken["rules"] != original["rules"], f"{name} grants nothing on {resource}"
+    _replace(kubectl, broken)
+    return original
+
+
+def _replace(kubectl: Kubectl, obj: dict) -> None:
+    meta = obj["metadata"]
+    for key in ("resourceVersion", "uid", "creationTimestamp", "managedFields", "generation"):
+        meta.pop(key, None)
+    proc = kubectl.run("replace", "-f", "-", input=json.dumps(obj))
+    assert proc.returncode == 0, proc.stderr
+
+
+def _restart(kubectl: Kubectl, namespace: str, app: str, ready: bool) -> None:
+    """Delete the pods of Deployment ``app`` (its ReplicaSet starts new ones, which read the
+    RBAC afresh: a running informer keeps its watch); wait until the new pod runs, or (``ready``)
+    until the Deployment is rolled out."""
+    old = {p["metadata"]["name"] for p in kubectl.json("get", "pods", "-n", namespace, "-l",
+                                                        f"app={app}")["items"]}  # fmt: skip
+    kubectl("delete", "pods", "-n", namespace, "-l", f"app={app}", "--wait=true")
+    if ready:
+        kubectl("rollout", "status", f"deployment/{app}", "-n", namespace, "--timeout=180s")
+        return
+
+    def running() -> list:
+        pods = kubectl.json("get", "pods", "-n", namespace, "-l", f"app={app}")["items"]
+        return [
+            p for p in pods
+            if p["metadata"]["name"] not in old and p["status"].get("phase") == "Running"
+        ]  # fmt: skip
+
+    wait_until(running, timeout=180, what=f"a new {app} pod running")
+
+
+def test_a_training_operator_without_pods_create_says_so_and_starts_no_replica(
+    platform, kubectl, kubeconfig, overlay, namespace
+):
+    """The training-operator's ClusterRole without ``create`` on pods (what its real
+    ServiceAccount may do is what the pinned install grants): the pipeline's TFJob gets no
+    pod, and the operator says why on the job's events (the API server's "cannot create
+    resource \"pods\"", naming its ServiceAccount). The ClusterRole is put back."""
+    setup_namespace(kubectl, kubeconfig, overlay, namespace)
+    job, _ = render_job(overlay, f"e2e-{namespace[-6:]}", "cnn")
+    job["metadata"]["namespace"] = namespace
+    name = job["metadata"]["name"]
+    original = _clusterrole_without(kubectl, "training-operator", "pods", "create")
+    try:
+        kubectl.apply(job)
+
+        def refused() -> list[str]:
+            events = kubectl.json("get", "events", "-n", namespace)["items"]
+            return [
+                e["message"] for e in events
+                if 'cannot create resource "pods"' in e.get("message", "")
+            ]  # fmt: skip
+
+        said = wait_until(refused, timeout=120, what="an event saying the pods are forbidden")
+        assert "system:serviceaccount:kubeflow:training-operator" in said[0], said
+        pods = kubectl.json(
+            "get", "pods", "-n", namespace, "-l", f"training.kubeflow.org/job-name={name}"
+        )["items"]
+        assert pods == [], [p["metadata"]["name"] for p in pods]
+    finally:
+        _replace(kubectl, original)
+    platform.check_alive()
+
+
+def test_a_workflow_controller_without_workflowtaskresults_runs_nothing_and_says_why(
+    platform, kubectl, namespace
+):
+    """Argo's ClusterRole without ``workflowtaskresults`` (the executor's reports, which the
+    controller lists and watches): the restarted workflow-controller's informer is refused,
+    its log says so, and it processes no Workflow (a suspend-only one never gets a phase).
+    With the ClusterRole put back and the controller restarted, that Workflow runs."""
+    probe = {
+        "apiVersion": "argoproj.io/v1alpha1",
+        "kind": "Workflow",
+        "metadata": {"name": "rbac-probe", "namespace": namespace},
+        "spec": {"entrypoint": "hold", "templates": [{"name": "hold", "suspend": {}}]},
+    }
+
+    def phase() -> str:
+        wf = kubectl.json("get", "workflow", "rbac-probe", "-n", namespace)
+        return (wf.get("status") or {}).get("phase") or ""
+
+    original = _clusterrole_without(kubectl, "argo-cluster-role", "workflowtaskresults")
+    try:
+        _restart(kubectl, "argo", "workflow-controller", ready=False)
+        kubectl.apply(probe)
+
+        def refused() -> bool:
+            log = kubectl.run("logs", "-n", "argo", "deployment/workflow-controller").stdout
+            return "workflowtaskresults" in log and "forbidden" in log
+
+        wait_until(
+            refused, timeout=120, what="the controller saying workflowtaskresults is forbidden"
+        )
+        time.sleep(15)  # long enough for a working controller to start the Workflow
+        assert phase() == "", phase()
+    finally:
+        _replace(kubectl, original)
+        _restart(kubectl, "argo", "workflow-controller", ready=True)
+    wait_until(lambda: phase() == "Running", timeout=120, what="the Workflow running again")
+    platform.check_alive()

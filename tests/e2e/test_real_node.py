@@ -14,13 +14,15 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
+import time
 from pathlib import Path
 
 import controllers
 import pytest
 import real_node
-from e2e_kube import REPO_ROOT, Kubectl, versions_env, wait_until
+from e2e_kube import REPO_ROOT, Kubectl, train_retry_limit, versions_env, wait_until
 from test_training_operator import condition, one
 
 # A whole pipeline run on 2 cores: ingest, three 2-worker TFJobs and the 2-replica PyTorchJob at
@@ -382,23 +384,181 @@ def _check_real_pytorchjob(kubectl, ns: str, job: dict) -> None:
 
 def test_a_worker_that_really_fails_fails_train_sh_promptly(kubectl, kubeconfig, pipeline_ns):
     """The failure path on real pods: `scripts/train.sh cnn` with a learning rate the trainer
-    rejects. Both workers really exit 2 (argparse), which restartPolicy ExitCode treats as
-    permanent, so the TFJob is Failed, the resource step's failureCondition fails the Workflow,
-    and the script exits 1 with Argo's message instead of waiting for its TIMEOUT."""
+    rejects. Both workers really exit 2 (argparse) in every attempt: the step's retryStrategy
+    cannot tell a crash from a lost pod (the operator reports both as Failed), so it makes
+    ``limit + 1`` TFJobs, each Failed, then the Workflow fails and the script exits 1 with
+    Argo's message instead of waiting for its TIMEOUT: the bound on a trainer that always
+    crashes."""
+    t0 = time.monotonic()
     proc = _dev_loop(kubectl, kubeconfig, pipeline_ns, "train.sh", "cnn",
                      "-p", "learning-rate=not-a-number", timeout=PIPELINE_TIMEOUT_S)  # fmt: skip
+    print(f"a crashing trainer failed train.sh after {time.monotonic() - t0:.0f} s")
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert ": Failed:" in proc.stderr and "still" not in proc.stderr, proc.stderr
-    (tfjob,) = kubectl.json("get", "tfjobs", "-n", pipeline_ns)["items"]
-    assert condition(tfjob, "Failed") and not condition(tfjob, "Succeeded"), tfjob["status"]
-    pods = kubectl.json(
-        "get", "pods", "-n", pipeline_ns, "-l",
-        f"training.kubeflow.org/job-name={tfjob['metadata']['name']}",
-    )["items"]  # fmt: skip
-    codes = [
-        (cs["state"].get("terminated") or {}).get("exitCode")
-        for p in pods
-        for cs in p["status"].get("containerStatuses") or []
+    workflow = proc.stdout.split()[0].removeprefix("workflow.argoproj.io/")
+    jobs = _attempts(kubectl, pipeline_ns, "tfjobs", workflow)
+    limit = train_retry_limit()
+    assert [j["metadata"]["name"] for j in jobs] == [
+        f"{workflow}-cnn-{n}" for n in range(limit + 1)
     ]
-    assert 2 in codes, (codes, tfjob["status"])
-    assert all(p["spec"]["nodeName"] == real_node.node_name() for p in pods)
+    for tfjob in jobs:
+        assert condition(tfjob, "Failed") and not condition(tfjob, "Succeeded"), tfjob["status"]
+        pods = kubectl.json(
+            "get", "pods", "-n", pipeline_ns, "-l",
+            f"training.kubeflow.org/job-name={tfjob['metadata']['name']}",
+        )["items"]  # fmt: skip
+        codes = [
+            (cs["state"].get("terminated") or {}).get("exitCode")
+            for p in pods
+            for cs in p["status"].get("containerStatuses") or []
+        ]
+        assert 2 in codes, (codes, tfjob["status"])
+        assert all(p["spec"]["nodeName"] == real_node.node_name() for p in pods)
+
+
+def _attempts(kubectl, ns: str, plural: str, workflow: str) -> list[dict]:
+    """The training jobs (``tfjobs``/``pytorchjobs``) Workflow ``workflow`` created, one per
+    attempt of its step, in attempt order."""
+    items = kubectl.json("get", plural, "-n", ns)["items"]
+    mine = [
+        j
+        for j in items
+        if any(o["name"] == workflow for o in j["metadata"].get("ownerReferences") or [])
+    ]
+    return sorted(mine, key=lambda j: int(j["metadata"]["name"].rsplit("-", 1)[1]))
+
+
+# A run long enough to lose pods in mid-run: four epochs of 16,384 images (about 8 s each on
+# 2 cores beside the other job; the small budget otherwise)
+LOSS_RUN = {**SMOKE_RUN, "epochs": "4", "train-examples": "16384"}
+
+
+def _lose(kubectl, ns: str, pod: str, how: str) -> None:
+    """Take ``pod`` away as a cluster does: ``delete`` (kubectl delete, a preemption, a node's
+    pods garbage-collected) or ``evict`` (the Eviction API, what a drain and the kubelet's
+    node-pressure eviction use; no PodDisruptionBudget guards the training pods)."""
+    if how == "delete":
+        kubectl("delete", "pod", pod, "-n", ns, "--wait=false")
+        return
+    eviction = {
+        "apiVersion": "policy/v1",
+        "kind": "Eviction",
+        "metadata": {"name": pod, "namespace": ns},
+    }
+    path = f"/api/v1/namespaces/{ns}/pods/{pod}/eviction"
+    proc = kubectl.run("create", "--raw", path, "-f", "-", input=json.dumps(eviction))
+    assert proc.returncode == 0, proc.stderr
+
+
+# How each kind loses a pod in each of its attempts but the last (the step's retry limit is 2:
+# three attempts): a deletion and an eviction each.
+LOSSES = {"cnn": ("delete", "evict"), "pytorch": ("evict", "delete")}
+
+
+def test_a_run_that_loses_pods_resumes_in_new_attempts(kubectl, kubeconfig, pipeline_ns):
+    """Both job kinds lose pods mid-run and still succeed, from where they were. `train.sh cnn`
+    (a 2-worker TFJob) and `train.sh pytorch` (Master + Worker) run at once. Each time an
+    attempt has saved an epoch (a new BackupAndRestore/ModelCheckpoint epoch of the TF chief, a
+    new epoch-NNN.pt of the PyTorch Master), one of its worker pods is taken away: deleted
+    once and evicted once per kind. training-operator v1.9.4 fails that attempt's job; the
+    step's retryStrategy creates the next attempt under a new name, whose replicas resume
+    from the run's backup (the same --checkpoint-dir/--run-id), and the last attempt trains
+    the remaining epochs and exports once; both scripts exit 0."""
+    assert train_retry_limit() >= max(len(v) for v in LOSSES.values())
+    params = [a for k, v in LOSS_RUN.items() for a in ("-p", f"{k}={v}")]
+    env = {**os.environ, "KUBECONFIG": str(kubeconfig), "KUBECTL": kubectl.binary,
+           "NAMESPACE": pipeline_ns, "TIMEOUT": str(PIPELINE_TIMEOUT_S), "POLL": "2"}  # fmt: skip
+    runs = {
+        kind: subprocess.Popen(
+            [str(REPO_ROOT / "scripts/train.sh"), kind, *params],
+            cwd=REPO_ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )  # fmt: skip
+        for kind in LOSSES
+    }
+    root = real_node.volume_root(pipeline_ns)
+    try:
+        wf = {k: p.stdout.readline().split("/", 1)[1].strip() for k, p in runs.items()}
+        # the pod attempt n loses; the files (in the attempt's checkpoint directory, read from
+        # its job's arguments) that say an epoch was saved
+        victim = {"cnn": "{wf}-cnn-{n}-worker-1", "pytorch": "{wf}-pytorch-{n}-worker-0"}
+        plurals = {"cnn": "tfjobs", "pytorch": "pytorchjobs"}
+        marks = {"cnn": "epoch-*/weights.index", "pytorch": "epoch-*.pt"}
+        pending = {k: list(v) for k, v in LOSSES.items()}
+        since = {k: 0.0 for k in LOSSES}  # an epoch saved after this (wall clock) counts
+        t0 = time.monotonic()
+        while any(pending.values()):
+            assert time.monotonic() - t0 < PIPELINE_TIMEOUT_S, f"no epoch saved: {pending}"
+            for kind in [k for k, v in pending.items() if v]:
+                assert runs[kind].poll() is None, f"{kind} ended before it lost {pending[kind]}"
+                n = len(LOSSES[kind]) - len(pending[kind])  # the attempt running now
+                pod = victim[kind].format(wf=wf[kind], n=n)
+                job = f"{wf[kind]}-{kind}-{n}"
+                ckpt = _checkpoint_dir(kubectl, pipeline_ns, plurals[kind], job, root)
+                if ckpt is None:
+                    continue
+                saved = [m for m in ckpt.glob(marks[kind]) if m.stat().st_mtime > since[kind]]
+                if not saved or not kubectl.run("get", "pod", pod, "-n", pipeline_ns).stdout:
+                    continue
+                how = pending[kind].pop(0)
+                _lose(kubectl, pipeline_ns, pod, how)
+                since[kind] = time.time()
+                print(f"{kind}: {pod} lost ({how}) {time.monotonic() - t0:.0f} s after the start")
+            time.sleep(0.5)
+        outs = {k: p.communicate(timeout=PIPELINE_TIMEOUT_S + 60) for k, p in runs.items()}
+    finally:
+        for p in runs.values():
+            p.kill()
+    print(f"both runs ended {time.monotonic() - t0:.0f} s after the start")
+    for kind, p in runs.items():
+        assert p.returncode == 0, f"{kind}: {outs[kind]}"
+    epochs = int(LOSS_RUN["epochs"])
+
+    for plural, kind in (("tfjobs", "cnn"), ("pytorchjobs", "pytorch")):
+        jobs = _attempts(kubectl, pipeline_ns, plural, wf[kind])
+        last = len(LOSSES[kind])
+        names = [j["metadata"]["name"] for j in jobs]
+        assert names == [f"{wf[kind]}-{kind}-{n}" for n in range(last + 1)], names
+        assert all(condition(j, "Failed") for j in jobs[:last]), [j["status"] for j in jobs]
+        assert condition(jobs[last], "Succeeded"), jobs[last]["status"]
+    final = f"{wf['cnn']}-cnn-{len(LOSSES['cnn'])}"
+    logs = [kubectl("logs", "-n", pipeline_ns, f"{final}-worker-{i}") for i in (0, 1)]
+    for log in logs:  # both replicas restored the chief's backup: epochs were done already
+        assert _resumed(log, epochs) >= 1 and f"Epoch 1/{epochs}" not in log, log[-3000:]
+        assert f"Epoch {epochs}/{epochs}" in log, log[-3000:]
+    assert "chief exported" in logs[0] and "chief exported" not in logs[1]
+    final = f"{wf['pytorch']}-pytorch-{len(LOSSES['pytorch'])}"
+    master = kubectl("logs", "-n", pipeline_ns, f"{final}-master-0", "-c", "pytorch")
+    assert _resumed(master, epochs) >= 1, master[-3000:]
+    assert master.count("rank 0 exported") == 1, master[-3000:]
+
+    for kind in LOSSES:  # one candidate each, of this run
+        history = json.loads((root / "candidates" / kind / "training_history.json").read_text())
+        assert history["run_id"] == wf[kind], history
+        assert (root / "candidates" / kind / "saved_model.pb").is_file()
+
+
+def _checkpoint_dir(kubectl, ns: str, plural: str, name: str, root: Path) -> Path | None:
+    """Where job ``name``'s replicas keep their checkpoints on the node's volume ``root``
+    (``<--checkpoint-dir>/<--model-type>/<--run-id>`` of its first replica's arguments, the
+    trainers' layout); None while the job does not exist."""
+    got = kubectl.run("get", plural, name, "-n", ns, "-o", "json")
+    if got.returncode != 0:
+        return None
+    spec = json.loads(got.stdout)["spec"]
+    (field,) = [k for k in spec if k.endswith("ReplicaSpecs")]
+    args = next(iter(spec[field].values()))["template"]["spec"]["containers"][0]["args"]
+    arg = {flag: value for flag, value in zip(args, args[1:], strict=False)}
+    mounted = Path(arg["--checkpoint-dir"]).relative_to("/mnt/shared")
+    return root / mounted / arg["--model-type"] / arg["--run-id"]
+
+
+def _resumed(log: str, epochs: int) -> int:
+    """How many epochs the replica found done when it resumed (its trainer's "resumes from
+    ... (N of E epochs done)" line); AssertionError when it started over."""
+    found = re.findall(rf"resumes from \S+ \((\d+) of {epochs} epochs done\)", log)
+    assert found, f"no resume in the log: {log[-3000:]}"
+    return int(found[0])

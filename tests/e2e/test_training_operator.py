@@ -54,6 +54,7 @@ def render_job(
     params = {p["name"]: str(p["value"]) for p in wt["spec"]["arguments"]["parameters"]}
     values = {f"workflow.parameters.{k}": v for k, v in params.items()}
     values |= {"workflow.name": name, "inputs.parameters.model-type": model_type}
+    values["retries"] = "0"  # the step's first attempt (its retryStrategy)
     train = next(t for t in wt["spec"]["templates"] if t["name"] == template)
 
     def sub(m: re.Match) -> str:
@@ -133,11 +134,11 @@ def test_tfjob_succeeds_with_tf_config_pvc_resources_restricted(
         assert psc["runAsNonRoot"] is True and psc["seccompProfile"]["type"] == "RuntimeDefault"
         assert csc["allowPrivilegeEscalation"] is False
         assert csc["capabilities"]["drop"] == ["ALL"]
-        assert pod["spec"]["restartPolicy"] == "Never"  # TFJob restartPolicy ExitCode
+        assert pod["spec"]["restartPolicy"] == "Never"  # the TFJob's restartPolicy
 
 
 def test_tfjob_with_a_failing_worker_fails(platform, kubectl, kubeconfig, overlay, namespace):
-    """A worker exiting 1 (non-retryable under restartPolicy ExitCode) fails the TFJob: the
+    """A worker exiting 1 (restartPolicy Never: no in-place restart) fails the TFJob: the
     ``Failed`` condition the pipeline's failureCondition reads, within a bounded time."""
     setup_namespace(kubectl, kubeconfig, overlay, namespace)
     job, _ = render_job(overlay, f"e2e-{uuid.uuid4().hex[:6]}", "dropout")
@@ -188,7 +189,7 @@ def test_pytorchjob_gets_the_operators_environment_and_succeeds(
         assert env["WORLD_SIZE"] == str(world)
         ranks[(rtype, index)] = int(env["RANK"])
         assert c["resources"] == json.loads(params["train-resources"])
-        assert pod["spec"]["restartPolicy"] == "Never"  # restartPolicy ExitCode
+        assert pod["spec"]["restartPolicy"] == "Never"  # the PyTorchJob's restartPolicy
         # the operator's init container on Workers (waits for the Master's Service): the
         # restricted template of base/platform/training-operator, or restricted Pod Security
         # admission would have rejected the pod (upstream's default has no securityContext)

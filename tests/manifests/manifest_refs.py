@@ -13,7 +13,7 @@ PIPELINE_ROLE = "fashion-mnist-pipeline"
 MEMO_ROLE = "argo-memoization-cache"
 MEMO_RBAC = f"{ARGO_PLATFORM}/memoization-cache-rbac.yaml"
 TFJOBS = {
-    f"TFJob/fashion-mnist/fashion-mnist-pipeline-x7k2p-{m}"
+    f"TFJob/fashion-mnist/fashion-mnist-pipeline-x7k2p-{m}-0"  # attempt 0 ({{retries}})
     for m in ("cnn", "dropout", "batch-norm")
 }
 TRAIN = "spec.templates[train].resource"
@@ -21,7 +21,7 @@ WORKER = f"{TRAIN}.manifest > spec.tfReplicaSpecs.Worker"
 TENSORFLOW = f"{WORKER}.template.spec.containers[tensorflow]"
 TRAIN_PYTORCH = "spec.templates[train-pytorch].resource"
 PYTORCH_SPECS = f"{TRAIN_PYTORCH}.manifest > spec.pytorchReplicaSpecs"
-PYTORCHJOB = "PyTorchJob/fashion-mnist/fashion-mnist-pipeline-x7k2p-pytorch"
+PYTORCHJOB = "PyTorchJob/fashion-mnist/fashion-mnist-pipeline-x7k2p-pytorch-0"
 PYTORCH_REPLICAS = {f"{PYTORCH_SPECS}.{r}" for r in ("Master", "Worker")}
 PYTORCH = {f"{r}.template.spec.containers[pytorch]" for r in PYTORCH_REPLICAS}
 

@@ -17,6 +17,7 @@ TOPICS = {
     "rbac": {"rbac-wildcard", "rbac-refs", "namespaces", "rbac-grants", "controller-grants"},
     "training": {
         "tfjob-conditions",
+        "training-retry",
         "tfjob-restart-policy",
         "pytorchjob-master",
         "training-threads",

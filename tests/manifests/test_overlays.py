@@ -93,7 +93,7 @@ def test_local_k3d_values(full_run):
     c = by_name(worker["template"]["spec"]["containers"], "tensorflow")
     assert c["image"] == "fashion-mnist/ml:0.1.0" and c["imagePullPolicy"] == "IfNotPresent"
     assert "nvidia.com/gpu" not in c["resources"]["limits"]
-    assert worker["replicas"] == 2 and worker["restartPolicy"] == "ExitCode"
+    assert worker["replicas"] == 2 and worker["restartPolicy"] == "Never"
 
 
 def test_gpu_cloud_values(full_run):

@@ -41,7 +41,7 @@ def test_schema_builtin_kind_strict(broken):
 
 
 def test_schema_of_tfjob_embedded_in_workflow(broken):
-    broken.replace(WFT, "restartPolicy: ExitCode", "restartPolicies: ExitCode")
+    broken.replace(WFT, "restartPolicy: Never", "restartPolicies: Never")
     hits = only(broken.check(), "schema")
     assert {(f.file, f.field) for f in hits} == {(WFT, WORKER)} | {
         (WFT, r) for r in PYTORCH_REPLICAS

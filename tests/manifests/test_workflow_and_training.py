@@ -169,7 +169,7 @@ def test_argo_expressions_the_manifests_use():
 
 
 def test_restart_policy_must_count_failures(broken):
-    broken.replace(WFT, "restartPolicy: ExitCode", "restartPolicy: OnFailure")
+    broken.replace(WFT, "restartPolicy: Never", "restartPolicy: OnFailure")
     hits = only(broken.check(), "tfjob-restart-policy")
     assert {f.field for f in hits} == {
         f"{WORKER}.restartPolicy",
@@ -177,6 +177,32 @@ def test_restart_policy_must_count_failures(broken):
         f"{PYTORCH_SPECS}.Worker.restartPolicy",
     }
     assert len(hits) == 3 + 2 and all("'OnFailure'" in f.message for f in hits)
+
+
+RUN_ID = '- --run-id\n                          - "{{workflow.name}}"\n'
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "fields", "text"),
+    [
+        # the retry removed: a lost pod fails the run
+        ("      retryStrategy: *retry\n", "", {"train-pytorch]"}, "missing: training-operator"),
+        # unbounded: a crashing trainer retried forever (both templates share the anchor)
+        ('        limit: "2"\n', "", {"train].", "train-pytorch]."}, "retries a crashing"),
+        ("retryPolicy: OnFailure", "retryPolicy: OnError", {"train].", "train-pytorch]."},
+         "never retries"),
+        # one name for every attempt: the retried create is refused
+        ('-pytorch-{{retries}}"', '-pytorch"', {"train-pytorch]."}, "AlreadyExists"),
+        # the resume directory changed between attempts: the retry starts over
+        (RUN_ID, RUN_ID.replace('}}"', '}}-{{retries}}"'), {"train].", "train-pytorch]."},
+         "would start over"),
+    ],
+)  # fmt: skip
+def test_a_training_step_retries_a_lost_pod_into_the_same_run(broken, old, new, fields, text):
+    broken.replace(WFT, old, new)
+    hits = only(broken.check(), "training-retry")
+    assert {next(f for f in fields if f in h.field) for h in hits} == fields, hits
+    assert all(text in h.message for h in hits), [h.format() for h in hits]
 
 
 MASTER_BLOCK = "              Master:\n                replicas: 1\n"

@@ -255,5 +255,7 @@ def test_two_workers_killed_after_an_epoch_resume_from_the_backup(tmp_path, data
     out = "".join(lines)
     assert f"Epoch {done + 1}/{done + 1}" in out, out[-3000:]
     assert f"Epoch 1/{done + 1}" not in out, out[-3000:]  # done >= 1
+    # both replicas say so, as the e2e's pod-loss test reads it from the pods' logs
+    assert out.count(f"({done} of {done + 1} epochs done)") == 2, out[-3000:]
     assert (work / "candidates" / "cnn" / "saved_model.pb").is_file()
     assert _leftovers(work, scratch_tmp) == []
