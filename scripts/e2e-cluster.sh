@@ -231,12 +231,13 @@ EOF
 # platform install's in $E2E_DIR/logs/platform (tests/e2e/conftest.py).
 keep_logs() {
   local logs="$E2E_DIR/logs" cp_dir="$E2E_DIR/kwok/clusters/$NAME/logs"
+  [[ -d "$E2E_DIR/kwok" ]] || return 0 # no cluster there (down checks and says so)
   mkdir -p "$logs"
   if [[ -d "$E2E_DIR/kwok/node/pod-logs" ]]; then
     cp -a "$E2E_DIR/kwok/node/pod-logs/." "$logs/pods/" 2>/dev/null || true
   fi
   if [[ -d "$cp_dir" ]]; then cp -a "$cp_dir/." "$logs/control-plane/" 2>/dev/null || true; fi
-  ln -sfn ../kwok/node "$logs/node"
+  if [[ -d "$E2E_DIR/kwok/node" ]]; then ln -sfn ../kwok/node "$logs/node"; fi
 }
 
 down() {
@@ -244,7 +245,7 @@ down() {
   E2E_DIR="${1:-${E2E_DIR:-}}"
   [[ -n "$E2E_DIR" ]] || die "usage: $0 down E2E_DIR (the directory \`up\` printed)"
   bins
-  keep_logs
+  keep_logs || log "could not gather the logs under $E2E_DIR/logs (stopping anyway)"
   local holder="" node_failed=0
   if [[ -f "$E2E_DIR/netns.pid" ]] && kill -0 "$(cat "$E2E_DIR/netns.pid")" 2>/dev/null; then
     holder="$(cat "$E2E_DIR/netns.pid")"

@@ -32,6 +32,7 @@ import argparse
 import logging
 import math
 import os
+import signal
 import sys
 from collections.abc import Callable, Sequence
 
@@ -74,6 +75,7 @@ def run_cli(
         The exit code: ``main``'s, or 1 on an expected error. argparse exits 2 on bad usage.
     """
     configure_logging()
+    exit_on_term_as_pid1()
     args = parser.parse_args(argv)
     try:
         code = main(args)
@@ -82,6 +84,25 @@ def run_cli(
         print(f"{parser.prog}: error: {message}", file=sys.stderr)
         return 1
     return code if isinstance(code, int) else 0
+
+
+def exit_on_term_as_pid1() -> bool:
+    """As a container's PID 1 (``python -m ...`` with no init, as the pipeline's pods run),
+    exit at once on SIGTERM with 143 (128 + 15, what a shell reports for a process SIGTERM
+    killed). The kernel delivers no signal to a PID namespace's init that it has no handler
+    for, so without this a deleted or evicted pod's program would keep running, and writing,
+    for the whole termination grace period (30 s) beside the next attempt of its step
+    (docs/training.md "Losing a pod"). Files are written through a temporary name and a
+    rename, so an exit at any point leaves no half-written one. Anywhere else SIGTERM keeps
+    its default (the process is killed by the signal) or the program's own handler.
+
+    Returns:
+        True when the handler was installed (this process is PID 1).
+    """
+    if os.getpid() != 1:
+        return False
+    signal.signal(signal.SIGTERM, lambda signum, frame: os._exit(128 + signum))
+    return True
 
 
 def number(cast=float, low=None, high=None, *, low_open=False, high_open=False):

@@ -18,18 +18,19 @@ as :func:`training.train.augment` does (:func:`augment`). Rank 0 alone writes:
 
 * a checkpoint after every epoch, ``<checkpoint-dir>/pytorch/<run-id>/epoch-NNN.pt`` (model,
   optimizer, scheduler, epoch, history; written to a temporary file and renamed). On start
-  every rank loads the newest one and continues with the next epoch, so a replica restarted
-  by the operator's restart policy resumes the run;
+  every rank loads the newest one and continues with the next epoch, so the job of the step's
+  next attempt (docs/training.md "Losing a pod") resumes the run;
 * TensorBoard scalars under ``<tensorboard-dir>/pytorch/<run-id>/``;
 * the candidate at ``--saved-model-dir`` (:func:`training.torch_export.export_pytorch_candidate`:
   the SavedModel selection scores and KServe serves, plus TorchScript) and its
   ``training_history.json``, with the TF trainer's keys.
 
 Exit codes as :mod:`training.train`: 0, 1 (configuration, dataset), and
-:data:`training.train.PEER_LOST_EXIT_CODE` when a peer was lost (a collective failed:
-retryable, the operator re-creates the pod). Each rank logs a SHA-256 of its parameters after
-its first step and at the end (identical on every rank: what DDP guarantees; the tests compare
-them).
+:data:`training.train.PEER_LOST_EXIT_CODE` when a peer was lost (a collective failed; >= 128:
+a job under the operator's ExitCode policy re-creates the pod, the pipeline's jobs under
+``restartPolicy: Never`` fail and the step's next attempt resumes). Each rank logs a SHA-256
+of its parameters after its first step and at the end (identical on every rank: what DDP
+guarantees; the tests compare them).
 
 Example (what the PyTorchJob containers run)::
 
@@ -365,7 +366,7 @@ def train(args: argparse.Namespace, env: DistEnv) -> dict:
     done = newest_checkpoint(ckpt_dir)
     if done is not None and done[0] >= args.epochs:
         # Every epoch is checkpointed already (the Master was lost while exporting, after the
-        # Workers had finished): the operator re-creates only the Master, so no rendezvous:
+        # Workers had finished; or the step's next attempt starts after that): no rendezvous:
         # rank 0 exports from the checkpoint alone, any other rank has nothing left to do.
         if not lead:
             log.info("rank %d: all %d epochs are checkpointed; rank 0 exports", rank, args.epochs)

@@ -605,9 +605,10 @@ def export_finished(
 ) -> dict:
     """Finish a run whose training is done (:func:`finished_run`) without the strategy.
 
-    The chief lost while exporting (killed, OOM) is re-created alone by the training operator
-    (``restartPolicy: ExitCode``; after a bfloat16 run the other workers have exited 0, they
-    take no part in its float32 export): a strategy would wait for peers that never come. So
+    The chief lost while exporting (killed, OOM, its pod deleted) comes back in the step's
+    next attempt (a new job: docs/training.md "Losing a pod"), or alone under a job's
+    ``restartPolicy: ExitCode``; the other workers take no part in its float32 export (after a
+    bfloat16 run they have exited 0): a strategy would wait for peers that never come. So
     the chief builds the model in float32, loads the last epoch's weights (every variable of
     the model must match: the optimizer's slots are left out) and exports them with the
     recorded history; any other worker has nothing left to do. As :mod:`training.torch_train`

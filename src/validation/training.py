@@ -82,10 +82,13 @@ def flag_values(doc: dict, field: str) -> dict[str, list[str]]:
     return out
 
 
-def retry_problems(template: dict, attempts: list[dict], field: str) -> Iterator[tuple]:
+def retry_problems(
+    template: dict, attempts: list[dict], field: str, values: dict[str, str]
+) -> Iterator[tuple]:
     """(field under the step, message) for each way a retried training step would not resume:
     no bounded retry of a Failed step, one job name for every attempt, a resume directory that
-    changes between attempts. ``attempts``: the job as attempts 0 and 1 render it."""
+    changes between attempts. ``attempts``: the job as attempts 0 and 1 render it; ``values``:
+    the call's placeholder values (Argo substitutes the whole template, ``limit`` included)."""
     strategy = template.get("retryStrategy")
     if not strategy:
         yield (
@@ -96,19 +99,15 @@ def retry_problems(template: dict, attempts: list[dict], field: str) -> Iterator
             ),
         )
         return
-    limit = str(strategy.get("limit", ""))
-    if not limit.isdigit() or int(limit) < 1:
-        yield (
-            "retryStrategy.limit",
-            (
-                f"{limit or 'unset'!r}: a whole number >= 1 (unset, Argo retries a crashing "
-                "trainer forever)"
-            ),
-        )
+    limit = substitute(str(strategy.get("limit", "")), values)
+    if "{{" not in limit and not (re.fullmatch(r"[0-9]+", limit) and int(limit) >= 1):
+        why = "unset: Argo retries a crashing trainer forever" if not limit else "no retry"
+        yield "retryStrategy.limit", f"{limit!r}: a whole number >= 1 ({why})"
     if (policy := strategy.get("retryPolicy", "OnFailure")) not in RETRYING_POLICIES:
         yield "retryStrategy.retryPolicy", f"{policy!r} never retries a Failed step"
-    names = [(a.get("metadata") or {}).get("name") for a in attempts]
-    if names[0] == names[1]:
+    meta = [a.get("metadata") or {} for a in attempts]
+    names = [m.get("name") for m in meta]
+    if names[0] == names[1] and not meta[0].get("generateName"):  # generateName: new each time
         yield (
             "resource.manifest.metadata.name",
             (
@@ -137,8 +136,8 @@ def training_retry(ctx: Context) -> Iterator[Hit]:
     for wf in ctx.kinds(*WORKFLOW_KINDS):
         for call in calls(wf):
             res = call.template.get("resource") or {}
-            if res.get("action") != "create" or not res.get("manifest"):
-                continue
+            if res.get("action") != "create" or not isinstance(res.get("manifest"), str):
+                continue  # the schema check reports a manifest that is not a string
             try:
                 attempts = [
                     yaml.safe_load(substitute(res["manifest"], call.values | {RETRIES: n}))
@@ -150,7 +149,8 @@ def training_retry(ctx: Context) -> Iterator[Hit]:
                 continue
             if (kind := attempts[0].get("kind")) not in REPLICA_SPECS:
                 continue
-            for where, msg in retry_problems(call.template, attempts, REPLICA_SPECS[kind]):
+            field = REPLICA_SPECS[kind]
+            for where, msg in retry_problems(call.template, attempts, field, call.values):
                 yield wf, f"{call.path}.{where}", f"{msg} (call {call.caller})"
 
 

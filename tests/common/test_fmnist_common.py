@@ -96,3 +96,46 @@ def test_run_cli_exit_codes(capsys):
     with pytest.raises(SystemExit) as usage:
         run_cli(lambda a: 0, _parser(), argv=["--n", "0"])
     assert usage.value.code == 2
+
+
+PID1_PROGRAM = """
+import sys, time
+from fmnist_common.cli import exit_on_term_as_pid1
+if sys.argv[1] == "handler":
+    assert exit_on_term_as_pid1()
+print("ready", flush=True)
+time.sleep(60)
+"""
+
+
+@pytest.mark.parametrize("handler", [True, False])
+def test_a_program_running_as_pid_1_exits_on_sigterm(handler):
+    """A container's PID 1 (a new PID namespace here, as in a pod) gets no SIGTERM it has no
+    handler for: without :func:`exit_on_term_as_pid1` the program outlives the signal (what a
+    deleted pod's trainer did for its grace period); with it, it exits 143 at once."""
+    import os
+    import signal
+    import time
+    from pathlib import Path
+
+    proc = subprocess.Popen(
+        ["unshare", "--user", "--map-root-user", "--pid", "--fork", sys.executable, "-c",
+         PID1_PROGRAM, "handler" if handler else "none"],
+        stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": "src"},
+    )  # fmt: skip
+    pid1 = 0
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        (child,) = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
+        pid1 = int(child)
+        os.kill(pid1, signal.SIGTERM)
+        if handler:
+            assert proc.wait(timeout=10) == 143
+        else:
+            time.sleep(2)
+            assert proc.poll() is None, "PID 1 died of a signal it has no handler for"
+    finally:
+        if pid1 and proc.poll() is None:
+            os.kill(pid1, signal.SIGKILL)  # SIGKILL reaches it; unshare then returns
+        proc.kill()
+        proc.wait()

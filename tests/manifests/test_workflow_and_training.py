@@ -179,6 +179,7 @@ def test_restart_policy_must_count_failures(broken):
     assert len(hits) == 3 + 2 and all("'OnFailure'" in f.message for f in hits)
 
 
+LIMIT = '        limit: "2"\n'
 RUN_ID = '- --run-id\n                          - "{{workflow.name}}"\n'
 
 
@@ -188,7 +189,8 @@ RUN_ID = '- --run-id\n                          - "{{workflow.name}}"\n'
         # the retry removed: a lost pod fails the run
         ("      retryStrategy: *retry\n", "", {"train-pytorch]"}, "missing: training-operator"),
         # unbounded: a crashing trainer retried forever (both templates share the anchor)
-        ('        limit: "2"\n', "", {"train].", "train-pytorch]."}, "retries a crashing"),
+        (LIMIT, "", {"train].", "train-pytorch]."}, "retries a crashing"),
+        (LIMIT, LIMIT.replace('"2"', '"0"'), {"train].", "train-pytorch]."}, "no retry"),
         ("retryPolicy: OnFailure", "retryPolicy: OnError", {"train].", "train-pytorch]."},
          "never retries"),
         # one name for every attempt: the retried create is refused
@@ -203,6 +205,19 @@ def test_a_training_step_retries_a_lost_pod_into_the_same_run(broken, old, new, 
     hits = only(broken.check(), "training-retry")
     assert {next(f for f in fields if f in h.field) for h in hits} == fields, hits
     assert all(text in h.message for h in hits), [h.format() for h in hits]
+
+
+def test_a_retry_limit_from_a_parameter_and_a_mapping_manifest_are_read_as_argo_reads_them(
+    broken,
+):
+    """Argo substitutes the whole template, so a limit set by a parameter is a limit; a
+    manifest that is not a string is the schema check's to report, not a crash."""
+    broken.replace(WFT, 'limit: "2"', 'limit: "{{workflow.parameters.workers}}"')
+    assert not [f for f in broken.check() if f.check == "training-retry"]
+    broken.edit(WFT, lambda d: template(d, "train-pytorch")["resource"].update(manifest={}))
+    findings = broken.check()
+    assert not [f for f in findings if f.check == "training-retry"]
+    assert any(f.field.startswith(TRAIN_PYTORCH) for f in findings), findings
 
 
 MASTER_BLOCK = "              Master:\n                replicas: 1\n"

@@ -119,10 +119,11 @@ def test_checkpoints_of_different_runs_and_types_never_collide(tmp_path, data_di
 
 
 def test_a_chief_re_created_after_training_exports_alone(tmp_path, data_dir, test_slice):
-    """The chief lost while exporting, after the other worker exited 0: the operator re-creates
-    the chief alone. Its run's training is finished (``trained.json`` and the last epoch's
-    weights), so it exports those weights without the strategy, whose peer would never come
-    (here nothing listens at the peer's address); a worker in that state exits 0 at once."""
+    """The chief lost while exporting, after the other worker exited 0, comes back alone (a job
+    under restartPolicy ExitCode; the pipeline's next attempt starts every replica). Its run's
+    training is finished (``trained.json`` and the last epoch's weights), so it exports those
+    weights without the strategy, whose peer would never come (here nothing listens at the
+    peer's address); a worker in that state exits 0 at once."""
     work, _ = _train(tmp_path, "cnn", False, data_dir, run_id="r1", epochs=1)
     saved = work / "candidates" / "cnn"
     first = tmp_path / "first-export"

@@ -149,7 +149,8 @@ def test_both_ranks_hold_identical_parameters(first_run):
 
 def test_same_run_id_resumes_from_the_last_checkpoint(first_run, tmp_path, data_dir):
     """A second run of ``r1`` (with a third epoch) starts from ``epoch-002.pt``, as a replica
-    re-created by the operator does, instead of training from scratch."""
+    of the step's next attempt does (docs/training.md "Losing a pod"), instead of training
+    from scratch."""
     work, codes, _ = first_run
     assert codes == [0, 0]
     again = tmp_path / "again"
@@ -168,9 +169,10 @@ def test_same_run_id_resumes_from_the_last_checkpoint(first_run, tmp_path, data_
 
 
 def test_a_master_restarted_after_the_last_checkpoint_exports_alone(first_run, tmp_path, data_dir):
-    """The Master lost while exporting, after the Workers exited 0: the operator re-creates the
-    Master only. With every epoch checkpointed it exports from the checkpoint without waiting
-    for peers (that rendezvous could never complete); a Worker in that state exits 0."""
+    """The Master lost while exporting, after the Workers exited 0, comes back (alone under
+    restartPolicy ExitCode, or with every replica in the step's next attempt). With every epoch
+    checkpointed it exports from the checkpoint without waiting for peers (that rendezvous
+    could never complete); a Worker in that state exits 0."""
     work, codes, _ = first_run
     assert codes == [0, 0]
     again = tmp_path / "again"
