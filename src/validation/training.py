@@ -12,6 +12,7 @@ from collections.abc import Iterator
 import yaml
 
 from validation.argo import RETRIES, WORKFLOW_KINDS, calls, requirements, substitute
+from validation.cli_paths import COMMAND, parse
 from validation.core import Context, Hit, check
 
 COUNTED_RESTART_POLICIES = ("ExitCode", "Never")
@@ -66,19 +67,22 @@ def tfjob_conditions(ctx: Context) -> Iterator[Hit]:
 
 # Argo retries a Failed step under these policies (OnError, OnTransientError: errors only)
 RETRYING_POLICIES = ("OnFailure", "Always")
-# the trainers' flags naming the directory a run resumes from (<checkpoint-dir>/<type>/<run-id>)
-RESUME_FLAGS = ("--checkpoint-dir", "--run-id")
+# the trainers' options naming the directory a run resumes from (<checkpoint-dir>/<type>/<run-id>)
+RESUME_OPTIONS = ("checkpoint_dir", "run_id")
 
 
-def flag_values(doc: dict, field: str) -> dict[str, list[str]]:
-    """``--flag`` -> its values in every replica container's args of a rendered job."""
-    out: dict[str, list[str]] = {}
+def resume_dirs(doc: dict, field: str) -> list[tuple]:
+    """(checkpoint_dir, run_id) of every replica container's ``python -m training.*`` command
+    in a rendered job, read by that module's own parser (:func:`validation.cli_paths.parse`;
+    a command it rejects is the ``cli-flags`` check's finding, left out here)."""
+    out = []
     for rspec in ((doc.get("spec") or {}).get(field) or {}).values():
         for c in (((rspec or {}).get("template") or {}).get("spec") or {}).get("containers") or []:
-            args = [str(a) for a in c.get("args") or []]
-            for flag, value in zip(args, args[1:], strict=False):
-                if flag in RESUME_FLAGS:
-                    out.setdefault(flag, []).append(value)
+            argv = [str(x) for x in (c.get("command") or []) + (c.get("args") or [])]
+            if m := COMMAND.fullmatch(" ".join(argv[:3])):
+                args, _ = parse(m.group(1), argv[3:])
+                if args is not None:
+                    out.append(tuple(getattr(args, o, None) for o in RESUME_OPTIONS))
     return out
 
 
@@ -115,16 +119,15 @@ def retry_problems(
                 f"name the job per attempt with {{{{{RETRIES}}}}}"
             ),
         )
-    first, second = (flag_values(a, field) for a in attempts)
-    for flag in RESUME_FLAGS:
-        if first.get(flag) != second.get(flag):
-            yield (
-                "resource.manifest",
-                (
-                    f"{flag} {first.get(flag)} becomes {second.get(flag)} on a retry: the retried "
-                    "job would start over instead of resuming the run's backup"
-                ),
-            )
+    first, second = (resume_dirs(a, field) for a in attempts)
+    if first != second:
+        yield (
+            "resource.manifest",
+            (
+                f"--checkpoint-dir/--run-id {first} becomes {second} on a retry: the retried job "
+                "would start over instead of resuming the run's backup"
+            ),
+        )
 
 
 @check("training-retry")

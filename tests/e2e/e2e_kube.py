@@ -137,9 +137,22 @@ def versions_env() -> dict[str, str]:
     return out
 
 
-def train_retry_limit() -> int:
-    """The pipeline's ``train`` step retry limit (its ``retryStrategy.limit``), as git sets it
-    in base/ml/pipeline/workflowtemplate.yaml: a failing run makes ``limit + 1`` jobs."""
-    wft = yaml.safe_load((REPO_ROOT / "base/ml/pipeline/workflowtemplate.yaml").read_text())
+def train_retry_limit(overlay: list[dict]) -> int:
+    """The pipeline's ``train`` step retry limit (its ``retryStrategy.limit``) in the rendered
+    overlay's WorkflowTemplate: a failing run makes ``limit + 1`` jobs."""
+    (wft,) = [o for o in overlay if o["kind"] == "WorkflowTemplate"]
     (train,) = [t for t in wft["spec"]["templates"] if t["name"] == "train"]
     return int(train["retryStrategy"]["limit"])
+
+
+def attempts(kubectl: Kubectl, ns: str, plural: str, workflow: str) -> list[dict]:
+    """The training jobs (``tfjobs``/``pytorchjobs``) that Workflow ``workflow`` created in
+    ``ns`` (its ownerReferences), one per attempt of its step, in attempt order (the name's
+    ``-<attempt>`` suffix)."""
+    items = kubectl.json("get", plural, "-n", ns)["items"]
+    mine = [
+        j
+        for j in items
+        if any(o["name"] == workflow for o in j["metadata"].get("ownerReferences") or [])
+    ]
+    return sorted(mine, key=lambda j: int(j["metadata"]["name"].rsplit("-", 1)[1]))

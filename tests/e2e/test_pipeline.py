@@ -24,7 +24,7 @@ import controllers
 import pytest
 import yaml
 from argo_executor import ResourceStepRunner
-from e2e_kube import REPO_ROOT, Kubectl, train_retry_limit
+from e2e_kube import REPO_ROOT, Kubectl, attempts, train_retry_limit
 
 NAMESPACE = "fashion-mnist"
 VARIANTS = ("cnn", "dropout", "batch-norm")  # the TFJobs' DAG tasks
@@ -172,14 +172,16 @@ def test_second_run_hits_the_memoization_cache(first_run, deployed, kubectl, kub
     ]
 
 
-def test_failed_training_fails_the_dev_loop_promptly(first_run, deployed, kubectl, kubeconfig):
+def test_failed_training_fails_the_dev_loop_promptly(
+    first_run, deployed, kubectl, kubeconfig, overlay
+):
     """``scripts/train.sh cnn`` (the README's dev loop: the pipeline's ``train`` step alone) on
     a node where its workers exit 1: the operator marks each attempt's TFJob Failed, argoexec's
     failureCondition sees it, the step is retried (its retryStrategy: a new job per attempt)
     until its limit, then the step and the Workflow fail, and the script exits 1 without
     waiting for its timeout. (The full pipeline continues past a failed variant by design:
     selection publishes the best of the others.)"""
-    limit = train_retry_limit()
+    limit = train_retry_limit(overlay)
     t0 = time.monotonic()
     proc = _script(
         kubectl, kubeconfig, "train.sh", "cnn", "-p", "epochs=1",
@@ -190,15 +192,9 @@ def test_failed_training_fails_the_dev_loop_promptly(first_run, deployed, kubect
     assert "Failed" in proc.stderr or "Error" in proc.stderr, proc.stderr
     assert seconds < 240, f"train.sh took {seconds:.0f} s to report the failure"
     failed = proc.stdout.strip().splitlines()[-1].removeprefix("workflow.argoproj.io/")
-    owned = [
-        j
-        for j in kubectl.json("get", "tfjobs", "-n", NAMESPACE)["items"]
-        if any(o["name"] == failed for o in j["metadata"].get("ownerReferences", []))
-    ]
+    owned = attempts(kubectl, NAMESPACE, "tfjobs", failed)
     # one job per attempt, every one Failed: the retry is bounded
-    assert sorted(j["metadata"]["name"] for j in owned) == [
-        f"{failed}-cnn-{n}" for n in range(limit + 1)
-    ]
+    assert [j["metadata"]["name"] for j in owned] == [f"{failed}-cnn-{n}" for n in range(limit + 1)]
     for job in owned:
         conditions = {c["type"]: c for c in job["status"]["conditions"]}
         assert conditions["Failed"]["status"] == "True", job["status"]

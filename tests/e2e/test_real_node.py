@@ -22,7 +22,14 @@ from pathlib import Path
 import controllers
 import pytest
 import real_node
-from e2e_kube import REPO_ROOT, Kubectl, train_retry_limit, versions_env, wait_until
+from e2e_kube import (
+    REPO_ROOT,
+    Kubectl,
+    attempts,
+    train_retry_limit,
+    versions_env,
+    wait_until,
+)
 from test_training_operator import condition, one
 
 # A whole pipeline run on 2 cores: ingest, three 2-worker TFJobs and the 2-replica PyTorchJob at
@@ -382,7 +389,9 @@ def _check_real_pytorchjob(kubectl, ns: str, job: dict) -> None:
     assert "rank 0 exported" in logs[0] and "rank 0 exported" not in logs[1]
 
 
-def test_a_worker_that_really_fails_fails_train_sh_promptly(kubectl, kubeconfig, pipeline_ns):
+def test_a_worker_that_really_fails_fails_train_sh_promptly(
+    kubectl, kubeconfig, overlay, pipeline_ns
+):
     """The failure path on real pods: `scripts/train.sh cnn` with a learning rate the trainer
     rejects. Both workers really exit 2 (argparse) in every attempt: the step's retryStrategy
     cannot tell a crash from a lost pod (the operator reports both as Failed), so it makes
@@ -396,8 +405,8 @@ def test_a_worker_that_really_fails_fails_train_sh_promptly(kubectl, kubeconfig,
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert ": Failed:" in proc.stderr and "still" not in proc.stderr, proc.stderr
     workflow = proc.stdout.split()[0].removeprefix("workflow.argoproj.io/")
-    jobs = _attempts(kubectl, pipeline_ns, "tfjobs", workflow)
-    limit = train_retry_limit()
+    jobs = attempts(kubectl, pipeline_ns, "tfjobs", workflow)
+    limit = train_retry_limit(overlay)
     assert [j["metadata"]["name"] for j in jobs] == [
         f"{workflow}-cnn-{n}" for n in range(limit + 1)
     ]
@@ -414,18 +423,6 @@ def test_a_worker_that_really_fails_fails_train_sh_promptly(kubectl, kubeconfig,
         ]
         assert 2 in codes, (codes, tfjob["status"])
         assert all(p["spec"]["nodeName"] == real_node.node_name() for p in pods)
-
-
-def _attempts(kubectl, ns: str, plural: str, workflow: str) -> list[dict]:
-    """The training jobs (``tfjobs``/``pytorchjobs``) Workflow ``workflow`` created, one per
-    attempt of its step, in attempt order."""
-    items = kubectl.json("get", plural, "-n", ns)["items"]
-    mine = [
-        j
-        for j in items
-        if any(o["name"] == workflow for o in j["metadata"].get("ownerReferences") or [])
-    ]
-    return sorted(mine, key=lambda j: int(j["metadata"]["name"].rsplit("-", 1)[1]))
 
 
 # A run long enough to lose pods in mid-run: four epochs of 16,384 images (about 8 s each on
@@ -455,7 +452,7 @@ def _lose(kubectl, ns: str, pod: str, how: str) -> None:
 LOSSES = {"cnn": ("delete", "evict"), "pytorch": ("evict", "delete")}
 
 
-def test_a_run_that_loses_pods_resumes_in_new_attempts(kubectl, kubeconfig, pipeline_ns):
+def test_a_run_that_loses_pods_resumes_in_new_attempts(kubectl, kubeconfig, overlay, pipeline_ns):
     """Both job kinds lose pods mid-run and still succeed, from where they were. `train.sh cnn`
     (a 2-worker TFJob) and `train.sh pytorch` (Master + Worker) run at once. Each time an
     attempt has saved an epoch (a new BackupAndRestore/ModelCheckpoint epoch of the TF chief, a
@@ -464,7 +461,7 @@ def test_a_run_that_loses_pods_resumes_in_new_attempts(kubectl, kubeconfig, pipe
     step's retryStrategy creates the next attempt under a new name, whose replicas resume
     from the run's backup (the same --checkpoint-dir/--run-id), and the last attempt trains
     the remaining epochs and exports once; both scripts exit 0."""
-    assert train_retry_limit() >= max(len(v) for v in LOSSES.values())
+    assert train_retry_limit(overlay) >= max(len(v) for v in LOSSES.values())
     params = [a for k, v in LOSS_RUN.items() for a in ("-p", f"{k}={v}")]
     env = {**os.environ, "KUBECONFIG": str(kubeconfig), "KUBECTL": kubectl.binary,
            "NAMESPACE": pipeline_ns, "TIMEOUT": str(PIPELINE_TIMEOUT_S), "POLL": "2"}  # fmt: skip
@@ -489,6 +486,7 @@ def test_a_run_that_loses_pods_resumes_in_new_attempts(kubectl, kubeconfig, pipe
         marks = {"cnn": "epoch-*/weights.index", "pytorch": "epoch-*.pt"}
         pending = {k: list(v) for k, v in LOSSES.items()}
         since = {k: 0.0 for k in LOSSES}  # an epoch saved after this (wall clock) counts
+        dirs: dict[str, Path] = {}  # job -> its checkpoint directory on the volume
         t0 = time.monotonic()
         while any(pending.values()):
             assert time.monotonic() - t0 < PIPELINE_TIMEOUT_S, f"no epoch saved: {pending}"
@@ -497,9 +495,12 @@ def test_a_run_that_loses_pods_resumes_in_new_attempts(kubectl, kubeconfig, pipe
                 n = len(LOSSES[kind]) - len(pending[kind])  # the attempt running now
                 pod = victim[kind].format(wf=wf[kind], n=n)
                 job = f"{wf[kind]}-{kind}-{n}"
-                ckpt = _checkpoint_dir(kubectl, pipeline_ns, plurals[kind], job, root)
-                if ckpt is None:
-                    continue
+                if job not in dirs:  # read once per job: its arguments do not change
+                    found = _checkpoint_dir(kubectl, pipeline_ns, plurals[kind], job, root)
+                    if found is None:
+                        continue
+                    dirs[job] = found
+                ckpt = dirs[job]
                 saved = [m for m in ckpt.glob(marks[kind]) if m.stat().st_mtime > since[kind]]
                 if not saved or not kubectl.run("get", "pod", pod, "-n", pipeline_ns).stdout:
                     continue
@@ -518,7 +519,7 @@ def test_a_run_that_loses_pods_resumes_in_new_attempts(kubectl, kubeconfig, pipe
     epochs = int(LOSS_RUN["epochs"])
 
     for plural, kind in (("tfjobs", "cnn"), ("pytorchjobs", "pytorch")):
-        jobs = _attempts(kubectl, pipeline_ns, plural, wf[kind])
+        jobs = attempts(kubectl, pipeline_ns, plural, wf[kind])
         last = len(LOSSES[kind])
         names = [j["metadata"]["name"] for j in jobs]
         assert names == [f"{wf[kind]}-{kind}-{n}" for n in range(last + 1)], names

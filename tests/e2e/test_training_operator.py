@@ -22,13 +22,14 @@ from __future__ import annotations
 
 import copy
 import json
-import re
 import uuid
 from pathlib import Path
 
 import controllers
 import yaml
 from e2e_kube import E2E_LABEL_FAIL, Kubectl, wait_until
+
+from validation.argo import RETRIES, substitute
 
 WORKERS_TIMEOUT_S = 120
 
@@ -38,10 +39,6 @@ def one(objs: list[dict], kind: str) -> dict:
     found = [o for o in objs if o["kind"] == kind]
     assert len(found) == 1, f"{len(found)} {kind} in the rendered overlay"
     return found[0]
-
-
-PLACEHOLDER = re.compile(r"\{\{\s*([^{}]+?)\s*\}\}")
-SPRIG_REPLACE = re.compile(r"^=sprig\.replace\('(.*?)', '(.*?)', inputs\.parameters\['(.+?)'\]\)$")
 
 
 def render_job(
@@ -54,16 +51,9 @@ def render_job(
     params = {p["name"]: str(p["value"]) for p in wt["spec"]["arguments"]["parameters"]}
     values = {f"workflow.parameters.{k}": v for k, v in params.items()}
     values |= {"workflow.name": name, "inputs.parameters.model-type": model_type}
-    values["retries"] = "0"  # the step's first attempt (its retryStrategy)
+    values[RETRIES] = "0"  # the step's first attempt (its retryStrategy)
     train = next(t for t in wt["spec"]["templates"] if t["name"] == template)
-
-    def sub(m: re.Match) -> str:
-        expr = m.group(1)
-        if (r := SPRIG_REPLACE.match(expr)) is not None:
-            return values[f"inputs.parameters.{r.group(3)}"].replace(r.group(1), r.group(2))
-        return values.get(expr, m.group(0))
-
-    text = PLACEHOLDER.sub(sub, train["resource"]["manifest"])
+    text = substitute(train["resource"]["manifest"], values)
     assert "{{" not in text, f"unsubstituted placeholder in the train manifest: {text}"
     return yaml.safe_load(text), params
 
