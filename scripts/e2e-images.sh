@@ -52,6 +52,7 @@
 #   scripts/e2e-images.sh --archives   print each image's archive (docker-archive tar), in
 #                                      order; exit 1 if one is not built
 #   scripts/e2e-images.sh --list       print "IMAGE REFERENCE ARCHIVE STATE"
+#   scripts/e2e-images.sh --names      print every image's name (E2E_SKIP_TIERS or not)
 # Cache: ${FMNIST_IMAGES_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/fashion-mnist-gitops/images}/
 #        <image>-<first 12 hex of the key>.tar; the key hashes the image's recipe function,
 #        its reference and its inputs (for ml: the base's key and the build context). A new
@@ -66,6 +67,13 @@ DEBIAN_MIRROR="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 BASE_REF=localhost/fmnist-python-base:3.11-bookworm
 IMAGES=(pause python ml ml_torch argoexec agent busybox event_display training_operator
   workflow_controller argocli kserve_controller kserve_llmisvc kserve_localmodel kube_rbac_proxy)
+ALL_IMAGES=("${IMAGES[@]}")
+# the e2e tiers that E2E_SKIP_TIERS skips (scripts/e2e-tiers.sh): their images are left out of
+# the default build, --archives and --list (the real node imports none of them)
+if [[ -n "${E2E_SKIP_TIERS:-}" && "${1:-}" != --names ]]; then
+  mapfile -t IMAGES < <("$ROOT/scripts/e2e-tiers.sh" images) && [[ ${#IMAGES[@]} -gt 0 ]] \
+    || die "E2E_SKIP_TIERS='$E2E_SKIP_TIERS': no image list (scripts/e2e-tiers.sh images)"
+fi
 # how many older archives of an image a new one leaves (a whole number: bash arithmetic would
 # read any other text as 0 and delete them all)
 KEEP="${FMNIST_IMAGES_KEEP:-1}"
@@ -301,9 +309,10 @@ case "${1:-}" in
   "") for i in "${IMAGES[@]}"; do build "$i"; done ;;
   [a-z]*)
     for i in "$@"; do
-      [[ " ${IMAGES[*]} " == *" $i "* ]] || die "no image named '$i' (have: ${IMAGES[*]})"
+      [[ " ${ALL_IMAGES[*]} " == *" $i "* ]] || die "no image named '$i' (have: ${ALL_IMAGES[*]})"
     done
     for i in "$@"; do build "$i"; done ;;
+  --names) printf '%s\n' "${ALL_IMAGES[@]}" ;;
   --archives)
     for i in "${IMAGES[@]}"; do
       a="$(archive_of "$i")" || exit 1
@@ -317,7 +326,7 @@ case "${1:-}" in
       echo "$i $r $a $([[ -f "$a" ]] && echo built || echo missing)"
     done ;;
   -h|--help)
-    echo "usage: scripts/e2e-images.sh [IMAGE...|--archives|--list]"
+    echo "usage: scripts/e2e-images.sh [IMAGE...|--archives|--list|--names]"
     sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' ;;
-  *) die "usage: scripts/e2e-images.sh [IMAGE...|--archives|--list] (see --help)" ;;
+  *) die "usage: scripts/e2e-images.sh [IMAGE...|--archives|--list|--names] (see --help)" ;;
 esac

@@ -64,7 +64,6 @@ paths() {
   RUNC="$("$TOOLS" --bin runc)"
   CNI_BIN="$("$TOOLS" --bin-dir cni-plugins)"
   COREDNS="$("$TOOLS" --bin coredns)"
-  METRICS_SERVER="$("$TOOLS" --bin metrics-server)"
   KC=("$K8S_BIN/kubectl" --kubeconfig "$E2E_DIR/kubeconfig")
   SERVER="$("${KC[@]}" config view --minify -o jsonpath='{.clusters[0].cluster.server}')"
 }
@@ -349,7 +348,8 @@ EOF
 # Resolution 15 s, as upstream's manifests (it must exceed the 10 s kubelet request timeout).
 # RBAC as upstream's components.yaml grants its ServiceAccount, bound to this certificate.
 metrics_server_start() {
-  local svc=metrics-server.kube-system.svc port=4443
+  local svc=metrics-server.kube-system.svc port=4443 METRICS_SERVER
+  METRICS_SERVER="$("$TOOLS" --bin metrics-server)"
   cert metrics-server "/CN=e2e:metrics-server"
   cert metrics-server-serving "/CN=$svc" "$NODE_IP" "$svc"
   kubeconfig metrics-server
@@ -455,7 +455,11 @@ start() {
   coredns_start
   kube_proxy_start
   kubelet_start
-  metrics_server_start
+  # metrics-server belongs to the e2e tier "serving" (scripts/e2e-tiers.sh): not started when
+  # E2E_SKIP_TIERS skips it
+  if grep -qx metrics-server <<<"$("$ROOT/scripts/e2e-tiers.sh" tools)"; then
+    metrics_server_start
+  fi
   local ms=$((($(date +%s%N) - t0) / 1000000))
   echo "$ms" > "$NODE/start-ms"
   log "node $NODE_NAME Ready in $((ms / 1000)).$((ms % 1000 / 100)) s ($(wc -l < "$NODE/images.txt") images)"

@@ -16,7 +16,8 @@
 # Cache: ${FMNIST_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/fashion-mnist-gitops/tools}/
 #        <tool>-<version>-<first 10 hex of sha256(recipe file)>/bin/<binaries>
 #        (the hash covers the recipes it sources, e.g. kube-node.sh sources kubernetes.sh)
-# Each entry keeps build.log, build-seconds (wall) and build-time ("wall user sys" seconds).
+# Each entry keeps build.log, build-seconds (wall), build-time ("wall user sys" seconds) and
+# build-phases ("download S compile-link S": wall seconds of `go get -tool`, `go install`).
 # A build runs in a temp dir beside it and is renamed into place atomically, under a flock,
 # so an interrupted or concurrent build never leaves a half-filled cache entry.
 #
@@ -225,11 +226,19 @@ build_recipe() {
     local -a pkgs=()
     local p
     for p in "${TOOL_PACKAGES[@]}"; do pkgs+=("$p@$MODULE_VERSION"); done
+    local t1
+    t1="$(date +%s)"
     go get -tool "${pkgs[@]}"
     local ld="-s -w"
     if declare -F tool_ldflags >/dev/null; then ld="$ld $(tool_ldflags)"; fi
     mkdir -p bin
+    local t2
+    t2="$(date +%s)"
     GOBIN="$tmp/bin" go install -trimpath ${TOOL_TAGS:+-tags "$TOOL_TAGS"} -ldflags "$ld" tool
+    # wall seconds of the phases: resolving and downloading the module graph (`go get`), then
+    # compiling and linking (`go install`); what came before (upstream's go.mod, the source copy)
+    # is the rest of build-seconds
+    echo "download $((t2 - t1)) compile-link $(($(date +%s) - t2))" > "$tmp/build-phases"
     local i b
     for i in "${!TOOL_PACKAGES[@]}"; do
       b="${TOOL_BINARIES[$i]:-}"
@@ -254,7 +263,7 @@ build_recipe() {
   rm -rf "$dir"
   mv -T "$tmp" "$dir"
   BUILD_TMP=""
-  log "$tool $ver: built in ${secs}s (CPU: ${user:-?}s user + ${sys:-?}s sys) -> $dir/bin ($(cd "$dir/bin" && ls | tr '\n' ' '))"
+  log "$tool $ver: built in ${secs}s (CPU: ${user:-?}s user + ${sys:-?}s sys; wall: $(cat "$dir/build-phases" 2>/dev/null)) -> $dir/bin ($(cd "$dir/bin" && ls | tr '\n' ' '))"
 }
 
 bin_dir() {

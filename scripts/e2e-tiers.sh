@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# The e2e's tiers. The core (the control plane, the real node, the platform's install, the
+# pipeline) always runs; each tier beside it names the Go tools (hack/tools/) and images
+# (scripts/e2e-images.sh) that only it needs, and the test modules that only it runs. A cold
+# .ci/run skips a tier whose tools are not built in the time its budget leaves (`plan`), and says
+# so loudly; `make e2e E2E_SKIP_TIERS="TIER..."` skips one by hand. What no tier names is the
+# core's. docs/e2e.md, "Tiers", has the schedule and the measurements behind the seconds below.
+#
+# Usage:
+#   scripts/e2e-tiers.sh tools [--core]   the recipes `make e2e` builds: every recipe but those of
+#                                         the tiers in E2E_SKIP_TIERS (--core: of every tier)
+#   scripts/e2e-tiers.sh images [--core]  likewise, the images of scripts/e2e-images.sh
+#   scripts/e2e-tiers.sh pytest-args      pytest's --ignore=MODULE for each skipped tier's tests
+#   scripts/e2e-tiers.sh report           one loud line per tier in E2E_SKIP_TIERS: what did not
+#                                         run, and how to run it
+#   scripts/e2e-tiers.sh plan DEADLINE [PID]
+#                                         the tiers to skip (one line, space-separated) so that
+#                                         `make e2e` ends by DEADLINE (Unix seconds): a tier whose
+#                                         tools are built runs; otherwise, while PID (the build
+#                                         of its tools) runs, it waits as long as the budget
+#                                         allows; a tier still not built then is skipped, and why
+#                                         is said on stderr
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck disable=SC1091
+source "$ROOT/scripts/lib.sh" # (its die is redefined below: this script's name on each message)
+TOOLS="$ROOT/scripts/tools.sh"
+
+# Seconds of `make e2e` on the slower 2-core CPU (docs/e2e.md, "Tiers"): the core with the
+# cluster's start and teardown, then each tier's own tests. `plan` keeps this much for them.
+CORE_E2E_SECONDS=1800
+TIERS=(serving)
+# serving: KServe's predictor with its agent and message-dumper on the real node, Standard
+# mode's HPA (metrics-server) under Locust
+serving_TOOLS=(kserve-agent metrics-server event-display)
+serving_IMAGES=(agent event_display)
+serving_TESTS=(tests/e2e/test_real_serving.py)
+serving_E2E_SECONDS=420
+
+die() { echo "e2e-tiers.sh: $*" >&2; exit 1; }
+say() { echo "e2e-tiers.sh: $*" >&2; }
+
+# The tiers in E2E_SKIP_TIERS, each checked against TIERS.
+SKIP=()
+for t in ${E2E_SKIP_TIERS:-}; do
+  [[ " ${TIERS[*]} " == *" $t "* ]] || die "E2E_SKIP_TIERS: no tier named '$t' (have: ${TIERS[*]})"
+  SKIP+=("$t")
+done
+
+tier_items() { # TIER KIND -> the tier's TOOLS, IMAGES or TESTS, one per line
+  local -n items="$1_$2"
+  printf '%s\n' "${items[@]}"
+}
+
+# Every name of ALL (one per line on stdin) but those of the given tiers' KIND.
+without() { # KIND TIER...
+  local kind="$1" t
+  shift
+  grep -vxF -f <(for t in "$@"; do tier_items "$t" "$kind"; done; echo "") || true
+}
+
+tier_built() { # TIER: its tools are all in the cache (the images take seconds once they are)
+  local missing
+  missing="$("$TOOLS" --list | awk '$4 != "built" {print $1}' | grep -xF -f <(tier_items "$1" TOOLS))" || true
+  [[ -z "$missing" ]]
+}
+
+tier_seconds() { local -n s="$1_E2E_SECONDS"; echo "$s"; }
+
+plan() { # DEADLINE [PID]
+  local deadline="$1" pid="${2:-}" t need="$CORE_E2E_SECONDS" left
+  [[ "$deadline" =~ ^[0-9]+$ ]] || die "plan: DEADLINE must be Unix seconds, got '$deadline'"
+  [[ -z "$pid" || "$pid" =~ ^[0-9]+$ ]] || die "plan: PID must be a process id, got '$pid'"
+  local -a skip=()
+  for t in "${TIERS[@]}"; do need=$((need + $(tier_seconds "$t"))); done
+  for t in "${TIERS[@]}"; do
+    while ! tier_built "$t" && [[ -n "$pid" ]] && kill -0 "$pid" 2>/dev/null \
+      && (($(date +%s) + need < deadline)); do
+      sleep 5
+    done
+    tier_built "$t" && continue
+    left=$((deadline - $(date +%s)))
+    skip+=("$t")
+    say "SKIPPING tier $t: its tools ($(tier_items "$t" TOOLS | tr '\n' ' ' | sed 's/ $//')) are not" \
+      "built, and ${left} s are left of the budget, where the e2e needs about ${need} s with it" \
+      "($CORE_E2E_SECONDS s the core's, $(tier_seconds "$t") s this tier's)"
+    need=$((need - $(tier_seconds "$t")))
+  done
+  echo "${skip[*]}"
+}
+
+report() {
+  local t
+  for t in "${SKIP[@]}"; do
+    say "SKIPPED tier $t (E2E_SKIP_TIERS): $(tier_items "$t" TESTS | tr '\n' ' ')did not run." \
+      "To run it: make tools e2e-images, then make e2e (docs/e2e.md, \"Tiers\")"
+  done
+}
+
+case "${1:-}" in
+  tools | images)
+    kind=TOOLS list="$("$TOOLS" --list | cut -d' ' -f1)"
+    if [[ "$1" == images ]]; then kind=IMAGES list="$("$ROOT/scripts/e2e-images.sh" --names)"; fi
+    if [[ "${2:-}" == --core ]]; then without "$kind" "${TIERS[@]}" <<<"$list"
+    elif [[ -z "${2:-}" ]]; then without "$kind" "${SKIP[@]}" <<<"$list"
+    else die "usage: $0 $1 [--core]"; fi ;;
+  pytest-args) for t in "${SKIP[@]}"; do tier_items "$t" TESTS | sed 's/^/--ignore=/'; done ;;
+  report) report ;;
+  plan) [[ $# -ge 2 ]] || die "usage: $0 plan DEADLINE [PID]"; plan "$2" "${3:-}" ;;
+  -h | --help)
+    echo "usage: scripts/e2e-tiers.sh tools|images [--core] | pytest-args | report | plan DEADLINE [PID]"
+    sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' ;;
+  *) die "usage: scripts/e2e-tiers.sh tools|images [--core] | pytest-args | report | plan DEADLINE [PID] (see --help)" ;;
+esac

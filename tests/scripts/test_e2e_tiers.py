@@ -1,0 +1,135 @@
+"""scripts/e2e-tiers.sh: which tools, images and tests each e2e tier owns, what E2E_SKIP_TIERS
+leaves out, and `plan`, the choice a cold .ci/run makes against its budget.
+
+Run against an empty tools cache (FMNIST_TOOLS_CACHE), where "built" is faked the way
+scripts/tools.sh marks an entry complete (``bin/.complete``); nothing is built.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+TIERS = REPO / "scripts" / "e2e-tiers.sh"
+SERVING_TOOLS = {"kserve-agent", "metrics-server", "event-display"}
+
+
+def run(*args: str, cache: Path, skip: str = "", timeout: int = 120):
+    env = {**os.environ, "FMNIST_TOOLS_CACHE": str(cache), "E2E_SKIP_TIERS": skip}
+    return subprocess.run(
+        ["bash", str(TIERS), *args], capture_output=True, text=True, env=env, timeout=timeout
+    )
+
+
+def lines(proc) -> list[str]:
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.split()
+
+
+def recipes() -> set[str]:
+    return {p.stem for p in (REPO / "hack" / "tools").glob("*.sh")}
+
+
+def mark_built(cache: Path, tools: set[str]) -> None:
+    """Fake tools.sh's complete cache entry (``DIR/bin/.complete``) for ``tools``."""
+    listing = subprocess.run(
+        ["bash", str(REPO / "scripts" / "tools.sh"), "--list"], capture_output=True, text=True,
+        env={**os.environ, "FMNIST_TOOLS_CACHE": str(cache)}, check=True,
+    ).stdout  # fmt: skip
+    for line in listing.splitlines():
+        tool, _version, entry, _state = line.split()
+        if tool in tools:
+            (Path(entry) / "bin").mkdir(parents=True, exist_ok=True)
+            (Path(entry) / "bin" / ".complete").touch()
+
+
+def test_the_core_and_the_tiers_split_every_recipe_image_and_module(tmp_path):
+    every = set(lines(run("tools", cache=tmp_path)))
+    core = set(lines(run("tools", "--core", cache=tmp_path)))
+    assert every == recipes()
+    assert every - core == SERVING_TOOLS
+    images = subprocess.run(
+        ["bash", str(REPO / "scripts" / "e2e-images.sh"), "--names"],
+        capture_output=True, text=True, check=True,
+    ).stdout.split()  # fmt: skip
+    assert set(lines(run("images", cache=tmp_path))) == set(images)
+    core_images = set(lines(run("images", "--core", cache=tmp_path)))
+    assert set(images) - core_images == {"agent", "event_display"}
+    for arg in lines(run("pytest-args", cache=tmp_path, skip="serving")):
+        assert (REPO / arg.removeprefix("--ignore=")).is_file(), arg
+
+
+def test_a_skipped_tier_leaves_out_its_tools_images_and_tests_and_says_so(tmp_path):
+    assert not SERVING_TOOLS & set(lines(run("tools", cache=tmp_path, skip="serving")))
+    images = set(lines(run("images", cache=tmp_path, skip="serving")))
+    assert "agent" not in images and "pause" in images and "ml" in images
+    assert lines(run("pytest-args", cache=tmp_path, skip="serving")) == [
+        "--ignore=tests/e2e/test_real_serving.py"
+    ]
+    assert lines(run("pytest-args", cache=tmp_path)) == []
+    report = run("report", cache=tmp_path, skip="serving")
+    assert report.returncode == 0
+    assert "SKIPPED tier serving" in report.stderr and "test_real_serving.py" in report.stderr
+    assert "make tools e2e-images, then make e2e" in report.stderr
+    assert run("report", cache=tmp_path).stderr == ""
+
+
+@pytest.mark.parametrize("command", ["tools", "images", "pytest-args", "report"])
+def test_an_unknown_tier_is_refused_naming_it(tmp_path, command):
+    proc = run(command, cache=tmp_path, skip="serving gitopz")
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert "no tier named 'gitopz' (have: serving" in proc.stderr
+
+
+def test_plan_skips_a_tier_not_built_in_time_and_says_why(tmp_path):
+    proc = run("plan", str(int(time.time()) + 60), cache=tmp_path)
+    assert lines(proc) == ["serving"]
+    assert "SKIPPING tier serving" in proc.stderr and "kserve-agent" in proc.stderr
+    assert "left of the budget" in proc.stderr
+
+
+def test_plan_runs_a_built_tier_whatever_the_time_left(tmp_path):
+    mark_built(tmp_path, SERVING_TOOLS)
+    proc = run("plan", str(int(time.time()) - 10), cache=tmp_path)
+    assert lines(proc) == [] and proc.stderr == ""
+
+
+def test_plan_waits_for_a_build_that_ends_in_time(tmp_path):
+    """The "build" marks the tier's tools built after 2 s, while the budget has hours left."""
+    build = subprocess.Popen(["sleep", "2"])
+    try:
+        deadline = int(time.time()) + 10_000
+        waiter = subprocess.Popen(
+            ["bash", str(TIERS), "plan", str(deadline), str(build.pid)],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env={**os.environ, "FMNIST_TOOLS_CACHE": str(tmp_path), "E2E_SKIP_TIERS": ""},
+        )  # fmt: skip
+        build.wait()
+        mark_built(tmp_path, SERVING_TOOLS)
+        out, err = waiter.communicate(timeout=60)
+        assert waiter.returncode == 0, err
+        assert out.split() == [] and "SKIPPING" not in err
+    finally:
+        build.kill()
+
+
+def test_plan_does_not_wait_for_a_build_past_the_budget(tmp_path):
+    """A build still running when the core's e2e needs the rest of the budget is left behind."""
+    build = subprocess.Popen(["sleep", "300"])
+    try:
+        proc = run("plan", str(int(time.time()) + 600), str(build.pid), cache=tmp_path, timeout=60)
+        assert lines(proc) == ["serving"]
+        assert build.poll() is None  # still building: plan did not wait for it
+    finally:
+        build.kill()
+
+
+@pytest.mark.parametrize("args", [["plan"], ["plan", "soon"], ["plan", "1", "x"], ["nope"]])
+def test_bad_arguments_are_refused(tmp_path, args):
+    proc = run(*args, cache=tmp_path)
+    assert proc.returncode == 1 and "e2e-tiers.sh:" in proc.stderr
