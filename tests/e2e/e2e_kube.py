@@ -156,3 +156,16 @@ def attempts(kubectl: Kubectl, ns: str, plural: str, workflow: str) -> list[dict
         if any(o["name"] == workflow for o in j["metadata"].get("ownerReferences") or [])
     ]
     return sorted(mine, key=lambda j: int(j["metadata"]["name"].rsplit("-", 1)[1]))
+
+
+def one(objs: list[dict], kind: str) -> dict:
+    """The single object of ``kind`` (AssertionError when there is not exactly one)."""
+    found = [o for o in objs if o["kind"] == kind]
+    assert len(found) == 1, f"{len(found)} {kind} in the rendered overlay"
+    return found[0]
+
+
+def condition(job: dict, kind: str) -> bool:
+    """True when the job (TFJob, PyTorchJob) has condition ``kind`` with status True."""
+    conds = (job.get("status") or {}).get("conditions") or []
+    return any(c["type"] == kind and c["status"] == "True" for c in conds)

@@ -33,8 +33,9 @@ import controllers
 import pytest
 import real_node
 import yaml
-from e2e_kube import REPO_ROOT, Kubectl, versions_env, wait_until
-from test_training_operator import render_job, setup_namespace
+from e2e_kube import REPO_ROOT, Kubectl, one, versions_env, wait_until
+
+from validation.argo import RETRIES, substitute
 
 PARTS = [
     "cert-manager",
@@ -218,6 +219,24 @@ def test_webhooks_are_served_as_upstream_serves_them(platform, kubectl):
                 assert cc["caBundle"] == want, c["metadata"]["name"]
 
 
+def test_tfjob_webhook_rejects_an_invalid_tfjob(platform, kubectl, namespace):
+    """The operator's validating webhook is served (through its Service) and consulted by the
+    API server: a TFJob without a container named ``tensorflow`` is denied by it."""
+    bad = {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "TFJob",
+        "metadata": {"name": "e2e-invalid", "namespace": namespace},
+        "spec": {"tfReplicaSpecs": {"Worker": {"replicas": 1, "template": {"spec": {
+            "containers": [{"name": "not-tensorflow", "image": "registry.invalid/x:1"}]
+        }}}}},
+    }  # fmt: skip
+    proc = kubectl.run("apply", "--dry-run=server", "-f", "-", input=yaml.safe_dump(bad))
+    assert proc.returncode != 0
+    assert "validator.tfjob.training-operator.kubeflow.org" in proc.stderr, proc.stderr
+    assert "denied the request" in proc.stderr, proc.stderr  # answered, not unreachable
+    assert "must have at least one container with name tensorflow" in proc.stderr
+
+
 def test_controllers_run_as_pods_of_the_install_on_the_real_node(platform, kubectl):
     """KServe's, the training-operator's and Argo's pods are the install's Deployments,
     Running and Ready on the real node with the images imported there under the pinned names,
@@ -331,6 +350,20 @@ def test_the_cert_manager_stand_in_issues_each_certificate_on_its_own(platform, 
 # --- the install's RBAC, broken as a bad upgrade or a hand edit would break it -----------------
 
 
+def render_job(overlay: list[dict], name: str, model_type: str) -> dict:
+    """The TFJob of the WorkflowTemplate's ``train`` template, its first attempt, with Argo's
+    substitutions; AssertionError naming any placeholder left (the template changed)."""
+    wt = one(overlay, "WorkflowTemplate")
+    params = {p["name"]: str(p["value"]) for p in wt["spec"]["arguments"]["parameters"]}
+    values = {f"workflow.parameters.{k}": v for k, v in params.items()}
+    values |= {"workflow.name": name, "inputs.parameters.model-type": model_type}
+    values[RETRIES] = "0"  # the step's first attempt (its retryStrategy)
+    train = next(t for t in wt["spec"]["templates"] if t["name"] == "train")
+    text = substitute(train["resource"]["manifest"], values)
+    assert "{{" not in text, f"unsubstituted placeholder in the train manifest: {text}"
+    return yaml.safe_load(text)
+
+
 def _clusterrole_without(kubectl: Kubectl, name: str, resource: str, verb: str = "") -> dict:
     """Replace ClusterRole ``name`` by a copy that no longer grants ``verb`` (every verb when
     empty) on ``resource``; returns the original, for :func:`_put_back`."""
@@ -388,8 +421,8 @@ def test_a_training_operator_without_pods_create_says_so_and_starts_no_replica(
     ServiceAccount may do is what the pinned install grants): the pipeline's TFJob gets no
     pod, and the operator says why on the job's events (the API server's "cannot create
     resource \"pods\"", naming its ServiceAccount). The ClusterRole is put back."""
-    setup_namespace(kubectl, kubeconfig, overlay, namespace)
-    job, _ = render_job(overlay, f"e2e-{namespace[-6:]}", "cnn")
+    controllers.provide_volume(kubeconfig, one(overlay, "PersistentVolumeClaim"), namespace)
+    job = render_job(overlay, f"e2e-{namespace[-6:]}", "cnn")
     job["metadata"]["namespace"] = namespace
     name = job["metadata"]["name"]
     original = _clusterrole_without(kubectl, "training-operator", "pods", "create")

@@ -26,11 +26,12 @@ from e2e_kube import (
     REPO_ROOT,
     Kubectl,
     attempts,
+    condition,
+    one,
     train_retry_limit,
     versions_env,
     wait_until,
 )
-from test_training_operator import condition, one
 
 # A whole pipeline run on 2 cores: ingest, three 2-worker TFJobs and the 2-replica PyTorchJob at
 # once, select, serve (docs/e2e.md)
@@ -336,12 +337,18 @@ def test_the_pipeline_runs_every_step_on_real_pods(kubectl, kubeconfig, overlay,
         job_name = job["metadata"]["name"]
         assert condition(job, "Succeeded"), job["status"]
         assert job["status"]["replicaStatuses"]["Worker"]["succeeded"] == 2
+        hosts = [f"{job_name}-worker-{i}.{pipeline_ns}.svc:2222" for i in (0, 1)]
         logs = {}
         for i in (0, 1):
             pod = kubectl.json("get", "pod", f"{job_name}-worker-{i}", "-n", pipeline_ns)
             assert pod["spec"]["nodeName"] == real_node.node_name()
             (cs,) = pod["status"]["containerStatuses"]
             assert cs["state"]["terminated"]["exitCode"] == 0
+            # the operator's TF_CONFIG: every worker by its headless Service, this one's index
+            env = _replica_env(pod, "tensorflow")
+            tf_config = json.loads(env["TF_CONFIG"])
+            assert tf_config["cluster"] == {"worker": hosts}, tf_config
+            assert tf_config["task"] == {"type": "worker", "index": i}, tf_config
             logs[i] = kubectl("logs", "-n", pipeline_ns, f"{job_name}-worker-{i}")
         assert "task worker:0 chief=True replicas=2" in logs[0], logs[0][-3000:]
         assert "task worker:1 chief=False replicas=2" in logs[1], logs[1][-3000:]
@@ -362,24 +369,50 @@ def test_the_pipeline_runs_every_step_on_real_pods(kubectl, kubeconfig, overlay,
     assert served["metadata"]["annotations"]["fashion-mnist.example.com/published-by"] == name
 
 
+def _replica_env(pod: dict, container: str) -> dict[str, str]:
+    """The environment of a training replica's ``container`` (``tensorflow``, ``pytorch``),
+    after checking the rest of what the job's template and the operator gave the pod: the
+    run's ``train-resources``, the project's PVC at /mnt/shared, the restricted security
+    context, ``restartPolicy: Never`` (each attempt is a new job: docs/training.md)."""
+    (c,) = pod["spec"]["containers"]
+    assert c["name"] == container, c["name"]
+    assert c["resources"] == json.loads(SMOKE_RUN["train-resources"]), c["resources"]
+    assert {m["name"]: m["mountPath"] for m in c["volumeMounts"]}["shared"] == "/mnt/shared"
+    vols = {v["name"]: v for v in pod["spec"]["volumes"]}
+    assert vols["shared"]["persistentVolumeClaim"]["claimName"] == "fashion-mnist-pvc"
+    psc, csc = pod["spec"]["securityContext"], c["securityContext"]
+    assert psc["runAsNonRoot"] is True and psc["seccompProfile"]["type"] == "RuntimeDefault"
+    assert csc["allowPrivilegeEscalation"] is False and csc["capabilities"]["drop"] == ["ALL"]
+    assert pod["spec"]["restartPolicy"] == "Never"
+    return {e["name"]: e.get("value") for e in c.get("env") or []}
+
+
 def _check_real_pytorchjob(kubectl, ns: str, job: dict) -> None:
     """``job`` Succeeded on the real node: Master (rank 0) and Worker (rank 1) exited 0 after
-    joining one gloo process group at the Master's Service; the Worker's init container (the
-    operator's, from base/platform/training-operator's template) resolved that Service first;
-    only rank 0 exported."""
+    joining one gloo process group at the Master's Service, with the operator's MASTER_ADDR,
+    MASTER_PORT, WORLD_SIZE and RANK; the Worker's init container (the operator's, from
+    base/platform/training-operator's restricted template: Pod Security admission would have
+    refused upstream's) resolved that Service first; only rank 0 exported."""
     name = job["metadata"]["name"]
     assert condition(job, "Succeeded"), job["status"]
+    assert job["status"]["replicaStatuses"]["Master"]["succeeded"] == 1
     logs = {}
     for rtype, rank in (("master", 0), ("worker", 1)):
         pod = kubectl.json("get", "pod", f"{name}-{rtype}-0", "-n", ns)
         assert pod["spec"]["nodeName"] == real_node.node_name()
         (cs,) = pod["status"]["containerStatuses"]
         assert cs["image"].endswith("-torch") and cs["state"]["terminated"]["exitCode"] == 0, cs
+        env = _replica_env(pod, "pytorch")
+        assert env["MASTER_ADDR"] == f"{name}-master-0" and env["MASTER_PORT"] == "23456", env
+        assert env["WORLD_SIZE"] == "2" and env["RANK"] == str(rank), env
         inits = pod["status"].get("initContainerStatuses") or []
         if rtype == "worker":
             (init,) = inits
             assert init["name"] == "init-pytorch", init
             assert init["state"]["terminated"]["exitCode"] == 0, init
+            (spec,) = pod["spec"]["initContainers"]
+            assert spec["securityContext"]["allowPrivilegeEscalation"] is False
+            assert spec["securityContext"]["capabilities"]["drop"] == ["ALL"]
         else:
             assert inits == []
         logs[rank] = kubectl("logs", "-n", ns, f"{name}-{rtype}-0", "-c", "pytorch")
@@ -448,16 +481,22 @@ def _lose(kubectl, ns: str, pod: str, how: str) -> None:
 
 
 # How each kind loses a pod in each of its attempts but the last (the step's retry limit is 2:
-# three attempts): a deletion and an eviction each.
-LOSSES = {"cnn": ("delete", "evict"), "pytorch": ("evict", "delete")}
+# three attempts): a deletion and an eviction each, of which replica. The PyTorchJob loses its
+# Master once: any replica lost fails the job (the Master's own failure too), and the next
+# attempt resumes from the Master's epoch-NNN.pt on the volume.
+LOSSES = {
+    "cnn": (("delete", "worker-1"), ("evict", "worker-1")),
+    "pytorch": (("evict", "worker-0"), ("delete", "master-0")),
+}
 
 
 def test_a_run_that_loses_pods_resumes_in_new_attempts(kubectl, kubeconfig, overlay, pipeline_ns):
     """Both job kinds lose pods mid-run and still succeed, from where they were. `train.sh cnn`
     (a 2-worker TFJob) and `train.sh pytorch` (Master + Worker) run at once. Each time an
     attempt has saved an epoch (a new BackupAndRestore/ModelCheckpoint epoch of the TF chief, a
-    new epoch-NNN.pt of the PyTorch Master), one of its worker pods is taken away: deleted
-    once and evicted once per kind. training-operator v1.9.4 fails that attempt's job; the
+    new epoch-NNN.pt of the PyTorch Master), one of its pods is taken away (:data:`LOSSES`: a
+    TF worker, the PyTorch Worker, then its Master), deleted once and evicted once per kind.
+    training-operator v1.9.4 fails that attempt's job; the
     step's retryStrategy creates the next attempt under a new name, whose replicas resume
     from the run's backup (the same --checkpoint-dir/--run-id), and the last attempt trains
     the remaining epochs and exports once; both scripts exit 0."""
@@ -479,9 +518,8 @@ def test_a_run_that_loses_pods_resumes_in_new_attempts(kubectl, kubeconfig, over
     root = real_node.volume_root(pipeline_ns)
     try:
         wf = {k: p.stdout.readline().split("/", 1)[1].strip() for k, p in runs.items()}
-        # the pod attempt n loses; the files (in the attempt's checkpoint directory, read from
-        # its job's arguments) that say an epoch was saved
-        victim = {"cnn": "{wf}-cnn-{n}-worker-1", "pytorch": "{wf}-pytorch-{n}-worker-0"}
+        # the files (in the attempt's checkpoint directory, read from its job's arguments)
+        # that say an epoch was saved
         plurals = {"cnn": "tfjobs", "pytorch": "pytorchjobs"}
         marks = {"cnn": "epoch-*/weights.index", "pytorch": "epoch-*.pt"}
         pending = {k: list(v) for k, v in LOSSES.items()}
@@ -493,8 +531,9 @@ def test_a_run_that_loses_pods_resumes_in_new_attempts(kubectl, kubeconfig, over
             for kind in [k for k, v in pending.items() if v]:
                 assert runs[kind].poll() is None, f"{kind} ended before it lost {pending[kind]}"
                 n = len(LOSSES[kind]) - len(pending[kind])  # the attempt running now
-                pod = victim[kind].format(wf=wf[kind], n=n)
+                how, replica = pending[kind][0]
                 job = f"{wf[kind]}-{kind}-{n}"
+                pod = f"{job}-{replica}"
                 if job not in dirs:  # read once per job: its arguments do not change
                     found = _checkpoint_dir(kubectl, pipeline_ns, plurals[kind], job, root)
                     if found is None:
@@ -504,7 +543,7 @@ def test_a_run_that_loses_pods_resumes_in_new_attempts(kubectl, kubeconfig, over
                 saved = [m for m in ckpt.glob(marks[kind]) if m.stat().st_mtime > since[kind]]
                 if not saved or not kubectl.run("get", "pod", pod, "-n", pipeline_ns).stdout:
                     continue
-                how = pending[kind].pop(0)
+                pending[kind].pop(0)
                 _lose(kubectl, pipeline_ns, pod, how)
                 since[kind] = time.time()
                 print(f"{kind}: {pod} lost ({how}) {time.monotonic() - t0:.0f} s after the start")

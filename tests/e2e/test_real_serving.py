@@ -35,9 +35,8 @@ import controllers
 import pytest
 import real_node
 import yaml
-from e2e_kube import REPO_ROOT, create_namespace, wait_until
+from e2e_kube import REPO_ROOT, create_namespace, one, wait_until
 from test_kserve import standard_mode
-from test_training_operator import one
 
 from fmnist_common import (
     INPUT_NAME,
