@@ -43,7 +43,6 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-TOOLS = REPO_ROOT / "scripts" / "tools.sh"
 #: The e2e's kustomize layer over the pinned installs (install-platform.sh PLATFORM_LAYER_DIR).
 PLATFORM_LAYER = Path(__file__).resolve().parent / "platform-layer"
 
@@ -69,16 +68,6 @@ def kubectl(kubeconfig: Path, *args: str, input: str | None = None, check: bool 
 def kubectl_binary() -> str:
     """$KUBECTL (the kubectl 1.34 that ``make e2e`` exports) or the venv's kubectl."""
     return os.environ.get("KUBECTL") or str(REPO_ROOT / ".venv" / "bin" / "kubectl")
-
-
-def tool_binary(name: str) -> Path:
-    """Path of a binary built by ``scripts/tools.sh``; ControllerError naming the build command."""
-    proc = subprocess.run(
-        ["bash", str(TOOLS), "--bin", name], capture_output=True, text=True, check=False
-    )
-    if proc.returncode != 0:
-        raise ControllerError(f"{name} is not built: run scripts/tools.sh ({proc.stderr.strip()})")
-    return Path(proc.stdout.strip())
 
 
 # --- certificates -----------------------------------------------------------------------------

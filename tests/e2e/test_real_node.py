@@ -22,6 +22,7 @@ from pathlib import Path
 import controllers
 import pytest
 import real_node
+import yaml
 from e2e_kube import (
     REPO_ROOT,
     Kubectl,
@@ -303,44 +304,84 @@ SMOKE_RUN = {
 }
 
 
-def test_the_pipeline_runs_every_step_on_real_pods(kubectl, kubeconfig, overlay, pipeline_ns):
-    """The README's loop on the real node: the InferenceService as `deploy.sh` applies it, then
-    `submit-pipeline.sh --wait` with a small budget (``-p``). Every step is a real pod of the
-    real executor: ingest finds the tfds build on the PVC; the three TFJobs each run two real
-    TensorFlow workers that resolve their TF_CONFIG peers (the operator's headless Services,
-    through CoreDNS) and train with MultiWorkerMirroredStrategy, the chief alone exporting; the
-    PyTorchJob's Master and Worker (the Worker after the operator's init container resolved the
-    Master) join one gloo process group and train with DDP, rank 0 alone exporting; select
-    scores the four candidates through their signatures and publishes version 1 on the PVC;
-    serve stamps the InferenceService through the pipeline's Role."""
-    isvc = _in_namespace(one(overlay, "InferenceService"), pipeline_ns)
-    kubectl.apply([isvc])
+# The namespace of the ML layer in the overlays, where the README's deploy.sh puts it
+NAMESPACE = "fashion-mnist"
+
+
+@pytest.fixture(scope="module")
+def deployed(platform, kubectl, kubeconfig, overlay) -> str:
+    """The README's ``scripts/deploy.sh local-k3d``, as it is: the ML layer in its namespace
+    (the WorkflowTemplate, its RBAC, the PVC, the InferenceService, message-dumper). The
+    namespace is then opted in to the real node and its PVC bound to a host directory seeded
+    with the offline tfds build (what k3s' local-path provisioner and a first ingest give a
+    user)."""
+    proc = _dev_loop(kubectl, kubeconfig, NAMESPACE, "deploy.sh", "local-k3d")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    real_node.opt_in(kubectl, NAMESPACE)
+    # an empty memoization cache (see pipeline_ns): this run's ingest runs its pod
+    kubectl("delete", "configmap", "fashion-mnist-ingest-cache", "-n", "argo", "--ignore-not-found")
+    root = real_node.seeded_volume(NAMESPACE)
+    controllers.provide_volume(kubeconfig, one(overlay, "PersistentVolumeClaim"), NAMESPACE, root)
+    return NAMESPACE
+
+
+def test_the_readme_pipeline_runs_every_step_on_real_pods(kubectl, kubeconfig, deployed):
+    """The README's loop on the real node: ``deploy.sh local-k3d``, then
+    ``submit-pipeline.sh --wait`` with a small budget (``-p``). Every step is a real pod of the
+    real executor, in the DAG's order: ingest finds the tfds build on the PVC; the three TFJobs
+    each run two real TensorFlow workers that resolve their TF_CONFIG peers (the operator's
+    headless Services, through CoreDNS) and train with MultiWorkerMirroredStrategy, the chief
+    alone exporting; the PyTorchJob's Master and Worker (the Worker after the operator's init
+    container resolved the Master) join one gloo process group and train with DDP, rank 0
+    alone exporting; select scores the four candidates through their signatures and publishes
+    version 1 on the PVC; serve stamps the InferenceService through the pipeline's Role, a
+    server-side apply that shares the object with deploy.sh's."""
+    ns = deployed
     params = [a for k, v in SMOKE_RUN.items() for a in ("-p", f"{k}={v}")]
     proc = _dev_loop(
-        kubectl, kubeconfig, pipeline_ns, "submit-pipeline.sh", "--wait", *params,
+        kubectl, kubeconfig, ns, "submit-pipeline.sh", "--wait", *params,
         timeout=PIPELINE_TIMEOUT_S,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
     workflow = proc.stdout.split()[0]  # "workflow.argoproj.io/<name>", the script's first line
-    wf = kubectl.json("get", workflow, "-n", pipeline_ns)
+    wf = kubectl.json("get", workflow, "-n", ns)
     name = wf["metadata"]["name"]
-    phases = {n["displayName"]: n["phase"] for n in wf["status"]["nodes"].values()}
-    for step in ("ingest", "cnn", "dropout", "batch-norm", "pytorch", "select", "serve"):
-        assert phases.get(step) == "Succeeded", phases
+    nodes = {n["displayName"]: n for n in wf["status"]["nodes"].values()}
+    steps = ("ingest", "cnn", "dropout", "batch-norm", "pytorch", "select", "serve")
+    for step in steps:
+        assert nodes[step]["phase"] == "Succeeded", {k: n["phase"] for k, n in nodes.items()}
+    # each step's pod (a retried step's: its attempt's node) ran on the real node; the
+    # WorkflowTemplate's podGC (OnPodSuccess) has deleted the pods since
+    pods = [n for n in nodes.values() if n["type"] == "Pod"]
+    assert len(pods) == len(steps), sorted(nodes)
+    assert {n["hostNodeName"] for n in pods} == {real_node.node_name()}, pods
+    start = {k: n["startedAt"] for k, n in nodes.items()}
+    end = {k: n["finishedAt"] for k, n in nodes.items()}
+    for step in steps[1:5]:  # the DAG: ingest, then the four trainings, then select, serve
+        assert end["ingest"] <= start[step] and end[step] <= start["select"], (start, end)
+    assert end["select"] <= start["serve"], (start, end)
 
-    steps = _workflow_pods(kubectl, pipeline_ns)
-    assert steps and all(p["spec"]["nodeName"] == real_node.node_name() for p in steps)
-    tfjobs = kubectl.json("get", "tfjobs", "-n", pipeline_ns)["items"]
+    tfjobs = kubectl.json("get", "tfjobs", "-n", ns)["items"]
     assert sorted(j["metadata"]["labels"]["fashion-mnist.example.com/model-type"]
                   for j in tfjobs) == ["batch_norm", "cnn", "dropout"]  # fmt: skip
+    jobs = [*tfjobs, *kubectl.json("get", "pytorchjobs", "-n", ns)["items"]]
+    for job in jobs:  # created by the step's first attempt, owned by the run, its -p values
+        meta = job["metadata"]
+        assert meta["name"].startswith(f"{name}-") and meta["name"].endswith("-0"), meta["name"]
+        owners = meta.get("ownerReferences") or []
+        assert any(o["kind"] == "Workflow" and o["name"] == name for o in owners), owners
+        (replicas,) = [v for k, v in job["spec"].items() if k.endswith("ReplicaSpecs")]
+        args = next(iter(replicas.values()))["template"]["spec"]["containers"][0]["args"]
+        assert args[args.index("--run-id") + 1] == name
+        assert args[args.index("--epochs") + 1] == SMOKE_RUN["epochs"]
     for job in tfjobs:
         job_name = job["metadata"]["name"]
         assert condition(job, "Succeeded"), job["status"]
         assert job["status"]["replicaStatuses"]["Worker"]["succeeded"] == 2
-        hosts = [f"{job_name}-worker-{i}.{pipeline_ns}.svc:2222" for i in (0, 1)]
+        hosts = [f"{job_name}-worker-{i}.{ns}.svc:2222" for i in (0, 1)]
         logs = {}
         for i in (0, 1):
-            pod = kubectl.json("get", "pod", f"{job_name}-worker-{i}", "-n", pipeline_ns)
+            pod = kubectl.json("get", "pod", f"{job_name}-worker-{i}", "-n", ns)
             assert pod["spec"]["nodeName"] == real_node.node_name()
             (cs,) = pod["status"]["containerStatuses"]
             assert cs["state"]["terminated"]["exitCode"] == 0
@@ -349,15 +390,15 @@ def test_the_pipeline_runs_every_step_on_real_pods(kubectl, kubeconfig, overlay,
             tf_config = json.loads(env["TF_CONFIG"])
             assert tf_config["cluster"] == {"worker": hosts}, tf_config
             assert tf_config["task"] == {"type": "worker", "index": i}, tf_config
-            logs[i] = kubectl("logs", "-n", pipeline_ns, f"{job_name}-worker-{i}")
+            logs[i] = kubectl("logs", "-n", ns, f"{job_name}-worker-{i}")
         assert "task worker:0 chief=True replicas=2" in logs[0], logs[0][-3000:]
         assert "task worker:1 chief=False replicas=2" in logs[1], logs[1][-3000:]
         assert "chief exported" in logs[0] and "chief exported" not in logs[1]
 
-    (pytorchjob,) = kubectl.json("get", "pytorchjobs", "-n", pipeline_ns)["items"]
-    _check_real_pytorchjob(kubectl, pipeline_ns, pytorchjob)
+    (pytorchjob,) = kubectl.json("get", "pytorchjobs", "-n", ns)["items"]
+    _check_real_pytorchjob(kubectl, ns, pytorchjob)
 
-    root = real_node.volume_root(pipeline_ns)
+    root = real_node.volume_root(ns)
     report = json.loads((root / "reports" / "selection.json").read_text())
     assert report["published"] and report["version"] == 1, report
     status = {k: c["status"] for k, c in report["candidates"].items()}
@@ -365,8 +406,11 @@ def test_the_pipeline_runs_every_step_on_real_pods(kubectl, kubeconfig, overlay,
     assert report["chosen_model"] in status, report
     assert (root / "models" / "fashion-mnist" / "1" / "saved_model.pb").is_file()
     assert sorted(p.name for p in (root / "models" / "fashion-mnist").iterdir()) == ["1"]
-    served = kubectl.json("get", "inferenceservice", isvc["metadata"]["name"], "-n", pipeline_ns)
+    served = kubectl.json("get", "inferenceservice", "fashion-mnist", "-n", ns,
+                          "--show-managed-fields")  # fmt: skip
     assert served["metadata"]["annotations"]["fashion-mnist.example.com/published-by"] == name
+    managers = {m["manager"] for m in served["metadata"]["managedFields"]}
+    assert {"fashion-mnist-deploy", "fashion-mnist-pipeline"} <= managers, managers
 
 
 def _replica_env(pod: dict, container: str) -> dict[str, str]:
@@ -602,3 +646,25 @@ def _resumed(log: str, epochs: int) -> int:
     found = re.findall(rf"resumes from \S+ \((\d+) of {epochs} epochs done\)", log)
     assert found, f"no resume in the log: {log[-3000:]}"
     return int(found[0])
+
+
+def test_overlays_apply_cleanly_and_idempotently(deployed, kubectl: Kubectl, namespace: str):
+    """The README's ``deploy.sh local-k3d`` left nothing to change (``kubectl diff`` exits 0
+    under its field manager, after the pipeline's own apply), and ``overlays/gpu-cloud`` is
+    accepted by the API server and the KServe/training-operator webhooks: a server-side dry run
+    into a fresh namespace (the PVC of local-k3d cannot change class in place, and the node has
+    no GPUs)."""
+    diff = kubectl.run(
+        "diff", "--server-side", "--field-manager=fashion-mnist-deploy",
+        "-k", str(REPO_ROOT / "overlays/local-k3d"),
+    )  # fmt: skip
+    assert diff.returncode == 0, diff.stdout + diff.stderr
+    rendered = kubectl("kustomize", str(REPO_ROOT / "overlays/gpu-cloud"))
+    moved = [
+        _in_namespace(d, namespace)
+        for d in yaml.safe_load_all(rendered)
+        if d and d["kind"] != "Namespace"
+    ]
+    dry = kubectl.apply(moved, "--server-side", "--dry-run=server", "--field-manager=e2e")
+    assert "inferenceservice.serving.kserve.io/fashion-mnist serverside-applied" in dry, dry
+    assert "workflowtemplate.argoproj.io/fashion-mnist-pipeline serverside-applied" in dry, dry
