@@ -85,7 +85,7 @@ e2e-images: $(STAMP) tools ## build the real node's images (pause, Python base, 
 
 # E2E_SKIP_TIERS="TIER...": tiers of the e2e left out, their tools and images not built
 # (scripts/e2e-tiers.sh; a cold .ci/run sets it for the tiers its budget cannot build)
-export E2E_SKIP_TIERS ?=
+e2e: export E2E_SKIP_TIERS ?=
 e2e: $(STAMP) ## start the real control plane and real node, run tests/e2e, always tear down (E2E_SKIP_TIERS: tiers left out)
 	scripts/e2e-tiers.sh report
 	$(TOOLS) $$(scripts/e2e-tiers.sh tools)

@@ -42,9 +42,10 @@ say() { echo "e2e-tiers.sh: $*" >&2; }
 
 # The tiers in E2E_SKIP_TIERS, each checked against TIERS.
 SKIP=()
-for t in ${E2E_SKIP_TIERS:-}; do
+read -ra words <<<"${E2E_SKIP_TIERS:-}" # (words, no filename expansion)
+for t in "${words[@]}"; do
   [[ " ${TIERS[*]} " == *" $t "* ]] || die "E2E_SKIP_TIERS: no tier named '$t' (have: ${TIERS[*]})"
-  SKIP+=("$t")
+  [[ " ${SKIP[*]} " == *" $t "* ]] || SKIP+=("$t")
 done
 
 tier_items() { # TIER KIND -> the tier's TOOLS, IMAGES or TESTS, one per line
@@ -61,7 +62,7 @@ without() { # KIND TIER...
 
 tier_built() { # TIER: its tools are all in the cache (the images take seconds once they are)
   local missing
-  missing="$("$TOOLS" --list | awk '$4 != "built" {print $1}' | grep -xF -f <(tier_items "$1" TOOLS))" || true
+  missing="$("$TOOLS" --list | awk '$NF != "built" {print $1}' | grep -xF -f <(tier_items "$1" TOOLS))" || true
   [[ -z "$missing" ]]
 }
 
@@ -69,8 +70,9 @@ tier_seconds() { local -n s="$1_E2E_SECONDS"; echo "$s"; }
 
 plan() { # DEADLINE [PID]
   local deadline="$1" pid="${2:-}" t need="$CORE_E2E_SECONDS" left
-  [[ "$deadline" =~ ^[0-9]+$ ]] || die "plan: DEADLINE must be Unix seconds, got '$deadline'"
-  [[ -z "$pid" || "$pid" =~ ^[0-9]+$ ]] || die "plan: PID must be a process id, got '$pid'"
+  [[ "$deadline" =~ ^[1-9][0-9]*$ ]] || die "plan: DEADLINE must be Unix seconds, got '$deadline'"
+  [[ -z "$pid" || "$pid" =~ ^[1-9][0-9]*$ && "$pid" -gt 1 ]] \
+    || die "plan: PID must be the id of the build's process, got '$pid'"
   local -a skip=()
   for t in "${TIERS[@]}"; do need=$((need + $(tier_seconds "$t"))); done
   for t in "${TIERS[@]}"; do
@@ -81,9 +83,14 @@ plan() { # DEADLINE [PID]
     tier_built "$t" && continue
     left=$((deadline - $(date +%s)))
     skip+=("$t")
-    say "SKIPPING tier $t: its tools ($(tier_items "$t" TOOLS | tr '\n' ' ' | sed 's/ $//')) are not" \
-      "built, and ${left} s are left of the budget, where the e2e needs about ${need} s with it" \
-      "($CORE_E2E_SECONDS s the core's, $(tier_seconds "$t") s this tier's)"
+    tools="$(tier_items "$t" TOOLS | tr '\n' ' ' | sed 's/ $//')"
+    if [[ -n "$pid" ]] && ! kill -0 "$pid" 2>/dev/null && ((left > need)); then
+      say "SKIPPING tier $t: its tools ($tools) are not built, and their build ($pid) has ended"
+    else
+      say "SKIPPING tier $t: its tools ($tools) are not built, and ${left} s are left of the" \
+        "budget, where the e2e needs about ${need} s with it ($CORE_E2E_SECONDS s the core's," \
+        "$(tier_seconds "$t") s this tier's)"
+    fi
     need=$((need - $(tier_seconds "$t")))
   done
   echo "${skip[*]}"

@@ -616,6 +616,11 @@ def release_platform() -> None:
 # --- helpers for the tests that run the project's workloads ------------------------------------
 
 
+def volume_name(pvc: dict, namespace: str) -> str:
+    """The PersistentVolume that :func:`provide_volume` makes for ``namespace``/``pvc``."""
+    return f"e2e-{namespace}-{pvc['metadata']['name']}"[:63]
+
+
 def provide_volume(admin: Path, pvc: dict, namespace: str, host_path: Path | None = None) -> None:
     """Make the project's PVC bindable on the kwok cluster: its StorageClass (k3s' local-path:
     rancher.io/local-path, WaitForFirstConsumer; no provisioner runs here) and a PersistentVolume
@@ -635,7 +640,7 @@ def provide_volume(admin: Path, pvc: dict, namespace: str, host_path: Path | Non
     pv = {
         "apiVersion": "v1",
         "kind": "PersistentVolume",
-        "metadata": {"name": f"e2e-{namespace}-{pvc['metadata']['name']}"[:63]},
+        "metadata": {"name": volume_name(pvc, namespace)},
         "spec": {
             "capacity": {"storage": spec["resources"]["requests"]["storage"]},
             "accessModes": spec["accessModes"],

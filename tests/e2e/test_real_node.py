@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -230,8 +231,8 @@ def pipeline_ns(kubectl, kubeconfig, overlay, real_ns, platform) -> str:
             assert o["spec"].pop("podGC") == {"strategy": "OnPodSuccess"}
     kubectl.apply(objs)
     # Argo v4.0.5 keeps one memoization cache per ConfigMap *name*, in the controller's namespace
-    # (workflow/controller/cache/cache.go, NewCacheFactory), so test_pipeline's runs would answer
-    # this namespace's ingest: start from an empty cache (the controller may only update that
+    # (workflow/controller/cache/cache.go, NewCacheFactory), so another namespace's runs would
+    # answer this namespace's ingest: start from an empty cache (the controller may only update that
     # one ConfigMap by name, base/ml/pipeline/rbac.yaml, so it cannot be renamed here)
     kubectl("delete", "configmap", "fashion-mnist-ingest-cache", "-n", "argo", "--ignore-not-found")
     root = real_node.seeded_volume(real_ns)
@@ -314,14 +315,19 @@ def deployed(platform, kubectl, kubeconfig, overlay) -> str:
     (the WorkflowTemplate, its RBAC, the PVC, the InferenceService, message-dumper). The
     namespace is then opted in to the real node and its PVC bound to a host directory seeded
     with the offline tfds build (what k3s' local-path provisioner and a first ingest give a
-    user)."""
+    user). A namespace left by an earlier session on the same cluster goes first, with its
+    volume: the test counts one run's jobs and versions."""
+    pvc = one(overlay, "PersistentVolumeClaim")
+    kubectl("delete", "namespace", NAMESPACE, "--ignore-not-found", "--timeout=300s")
+    kubectl("delete", "pv", controllers.volume_name(pvc, NAMESPACE), "--ignore-not-found")
+    shutil.rmtree(real_node.volume_root(NAMESPACE), ignore_errors=True)
     proc = _dev_loop(kubectl, kubeconfig, NAMESPACE, "deploy.sh", "local-k3d")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     real_node.opt_in(kubectl, NAMESPACE)
     # an empty memoization cache (see pipeline_ns): this run's ingest runs its pod
     kubectl("delete", "configmap", "fashion-mnist-ingest-cache", "-n", "argo", "--ignore-not-found")
     root = real_node.seeded_volume(NAMESPACE)
-    controllers.provide_volume(kubeconfig, one(overlay, "PersistentVolumeClaim"), NAMESPACE, root)
+    controllers.provide_volume(kubeconfig, pvc, NAMESPACE, root)
     return NAMESPACE
 
 
@@ -350,8 +356,9 @@ def test_the_readme_pipeline_runs_every_step_on_real_pods(kubectl, kubeconfig, d
     steps = ("ingest", "cnn", "dropout", "batch-norm", "pytorch", "select", "serve")
     for step in steps:
         assert nodes[step]["phase"] == "Succeeded", {k: n["phase"] for k, n in nodes.items()}
-    # each step's pod (a retried step's: its attempt's node) ran on the real node; the
-    # WorkflowTemplate's podGC (OnPodSuccess) has deleted the pods since
+    # each step's pod ran on the real node, each step in one attempt (a retry here would be a
+    # failure: the jobs' names end in -0 below); the WorkflowTemplate's podGC (OnPodSuccess) has
+    # deleted the pods since
     pods = [n for n in nodes.values() if n["type"] == "Pod"]
     assert len(pods) == len(steps), sorted(nodes)
     assert {n["hostNodeName"] for n in pods} == {real_node.node_name()}, pods

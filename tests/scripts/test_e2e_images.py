@@ -42,7 +42,7 @@ def listing(root: Path, cache: Path) -> dict[str, tuple[str, str, str]]:
     proc = subprocess.run(
         ["bash", str(root / "scripts" / "e2e-images.sh"), "--list"],
         capture_output=True, text=True, timeout=300,
-        env={**os.environ, "FMNIST_IMAGES_CACHE": str(cache)},
+        env={**os.environ, "E2E_SKIP_TIERS": "", "FMNIST_IMAGES_CACHE": str(cache)},
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     out = {}
@@ -127,7 +127,7 @@ def test_a_sidecar_version_other_than_the_installs_is_refused(clone, tmp_path):
     proc = subprocess.run(
         ["bash", str(clone / "scripts" / "e2e-images.sh"), "--list"],
         capture_output=True, text=True, timeout=300,
-        env={**os.environ, "FMNIST_IMAGES_CACHE": str(tmp_path / "cache")},
+        env={**os.environ, "E2E_SKIP_TIERS": "", "FMNIST_IMAGES_CACHE": str(tmp_path / "cache")},
     )  # fmt: skip
     assert proc.returncode != 0
     assert f"kube-rbac-proxy:{want}" in proc.stderr and "v0.1.0" in proc.stderr, proc.stderr
@@ -137,7 +137,7 @@ def test_archives_fails_naming_an_image_not_built(clone, tmp_path):
     proc = subprocess.run(
         ["bash", str(clone / "scripts" / "e2e-images.sh"), "--archives"],
         capture_output=True, text=True, timeout=300,
-        env={**os.environ, "FMNIST_IMAGES_CACHE": str(tmp_path / "cache")},
+        env={**os.environ, "E2E_SKIP_TIERS": "", "FMNIST_IMAGES_CACHE": str(tmp_path / "cache")},
     )  # fmt: skip
     assert proc.returncode == 1
     assert "image pause is not built: run scripts/e2e-images.sh" in proc.stderr
@@ -200,7 +200,7 @@ def test_a_keep_count_that_is_not_a_whole_number_is_refused(clone, tmp_path, kee
     proc = subprocess.run(
         ["bash", str(clone / "scripts" / "e2e-images.sh"), "--list"],
         capture_output=True, text=True, timeout=300, cwd=tmp_path,
-        env={**os.environ, "FMNIST_IMAGES_CACHE": str(tmp_path / "cache"),
+        env={**os.environ, "E2E_SKIP_TIERS": "", "FMNIST_IMAGES_CACHE": str(tmp_path / "cache"),
              "FMNIST_IMAGES_KEEP": keep},
     )  # fmt: skip
     assert proc.returncode == 1

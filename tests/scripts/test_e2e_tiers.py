@@ -35,17 +35,33 @@ def recipes() -> set[str]:
     return {p.stem for p in (REPO / "hack" / "tools").glob("*.sh")}
 
 
-def mark_built(cache: Path, tools: set[str]) -> None:
-    """Fake tools.sh's complete cache entry (``DIR/bin/.complete``) for ``tools``."""
+def entries(cache: Path, tools: set[str]) -> list[Path]:
+    """The cache entries (``DIR/bin``) that tools.sh --list names for ``tools``."""
     listing = subprocess.run(
         ["bash", str(REPO / "scripts" / "tools.sh"), "--list"], capture_output=True, text=True,
         env={**os.environ, "FMNIST_TOOLS_CACHE": str(cache)}, check=True,
     ).stdout  # fmt: skip
-    for line in listing.splitlines():
-        tool, _version, entry, _state = line.split()
+    out = []
+    for line in listing.splitlines():  # "TOOL VERSION DIR STATE", DIR may hold spaces
+        tool, _version, rest = line.split(" ", 2)
         if tool in tools:
-            (Path(entry) / "bin").mkdir(parents=True, exist_ok=True)
-            (Path(entry) / "bin" / ".complete").touch()
+            out.append(Path(rest.rsplit(" ", 1)[0]) / "bin")
+    return out
+
+
+def mark_built(cache: Path, tools: set[str]) -> None:
+    """Fake tools.sh's complete cache entry (``DIR/bin/.complete``) for ``tools``."""
+    for bin_dir in entries(cache, tools):
+        bin_dir.mkdir(parents=True, exist_ok=True)
+        (bin_dir / ".complete").touch()
+
+
+def fake_build(cache: Path, seconds: int, builds: bool = True) -> subprocess.Popen:
+    """A stand-in for the tiers' tools build: after ``seconds``, it marks serving's tools
+    built (as tools.sh does, before it exits) when ``builds``, then ends."""
+    marks = " ".join(f"{d}/.complete" for d in entries(cache, SERVING_TOOLS)) if builds else ""
+    script = f"sleep {seconds}; for m in {marks}; do mkdir -p $(dirname $m); touch $m; done"
+    return subprocess.Popen(["bash", "-c", script])
 
 
 def test_the_core_and_the_tiers_split_every_recipe_image_and_module(tmp_path):
@@ -94,42 +110,54 @@ def test_plan_skips_a_tier_not_built_in_time_and_says_why(tmp_path):
 
 
 def test_plan_runs_a_built_tier_whatever_the_time_left(tmp_path):
-    mark_built(tmp_path, SERVING_TOOLS)
-    proc = run("plan", str(int(time.time()) - 10), cache=tmp_path)
+    cache = tmp_path / "a tools cache"  # (a path with a space: tools.sh --list's last field)
+    mark_built(cache, SERVING_TOOLS)
+    proc = run("plan", str(int(time.time()) - 10), cache=cache)
     assert lines(proc) == [] and proc.stderr == ""
 
 
 def test_plan_waits_for_a_build_that_ends_in_time(tmp_path):
-    """The "build" marks the tier's tools built after 2 s, while the budget has hours left."""
-    build = subprocess.Popen(["sleep", "2"])
+    """The build marks the tier's tools built after 2 s, while the budget has hours left."""
+    build = fake_build(tmp_path, 2)
     try:
-        deadline = int(time.time()) + 10_000
-        waiter = subprocess.Popen(
-            ["bash", str(TIERS), "plan", str(deadline), str(build.pid)],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-            env={**os.environ, "FMNIST_TOOLS_CACHE": str(tmp_path), "E2E_SKIP_TIERS": ""},
-        )  # fmt: skip
-        build.wait()
-        mark_built(tmp_path, SERVING_TOOLS)
-        out, err = waiter.communicate(timeout=60)
-        assert waiter.returncode == 0, err
-        assert out.split() == [] and "SKIPPING" not in err
+        proc = run("plan", str(int(time.time()) + 10_000), str(build.pid), cache=tmp_path)
+        assert lines(proc) == [] and "SKIPPING" not in proc.stderr, proc.stderr
+        assert build.poll() is not None  # it waited for the build
     finally:
         build.kill()
 
 
+def test_plan_skips_a_tier_whose_build_ended_without_it_and_says_so(tmp_path):
+    build = fake_build(tmp_path, 1, builds=False)
+    build.wait()
+    proc = run("plan", str(int(time.time()) + 10_000), str(build.pid), cache=tmp_path)
+    assert lines(proc) == ["serving"]
+    assert "their build" in proc.stderr and "has ended" in proc.stderr, proc.stderr
+
+
 def test_plan_does_not_wait_for_a_build_past_the_budget(tmp_path):
     """A build still running when the core's e2e needs the rest of the budget is left behind."""
-    build = subprocess.Popen(["sleep", "300"])
+    build = fake_build(tmp_path, 300)
     try:
         proc = run("plan", str(int(time.time()) + 600), str(build.pid), cache=tmp_path, timeout=60)
         assert lines(proc) == ["serving"]
+        assert "left of the budget" in proc.stderr, proc.stderr
         assert build.poll() is None  # still building: plan did not wait for it
     finally:
         build.kill()
 
 
-@pytest.mark.parametrize("args", [["plan"], ["plan", "soon"], ["plan", "1", "x"], ["nope"]])
+def test_skip_tiers_are_words_each_checked_once(tmp_path):
+    proc = run("pytest-args", cache=tmp_path, skip=" serving  serving ")
+    assert lines(proc) == ["--ignore=tests/e2e/test_real_serving.py"]
+    proc = run("report", cache=tmp_path, skip="*")
+    assert proc.returncode == 1 and "no tier named '*'" in proc.stderr
+
+
+BAD_ARGS = [["plan"], ["plan", "soon"], ["plan", "0123"], ["plan", "1", "x"], ["plan", "9", "1"]]
+
+
+@pytest.mark.parametrize("args", [*BAD_ARGS, ["nope"]])
 def test_bad_arguments_are_refused(tmp_path, args):
     proc = run(*args, cache=tmp_path)
     assert proc.returncode == 1 and "e2e-tiers.sh:" in proc.stderr
