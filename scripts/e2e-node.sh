@@ -4,7 +4,7 @@
 # versions.env, all host
 # processes of the run's network and mount namespace (scripts/e2e-cluster.sh creates it and
 # calls this script inside it). Each component's settings are in the function named after it
-# below. See docs/e2e.md, "Real node".
+# below. See docs/e2e.md, "The real node".
 #
 # Usage (inside the run's namespaces; E2E_DIR is the cluster's directory):
 #   scripts/e2e-node.sh start E2E_DIR   start the node, wait until it is Ready and DNS answers
@@ -17,7 +17,7 @@
 # default, routed onto the bridge): kubernetes = 10.0.0.1, through kube-proxy (iptables mode).
 # Placement: the node registers with the taint e2e.fashion-mnist/real-node=true:NoSchedule and
 # the label e2e.fashion-mnist/real-node=true; a namespace opts in with PodNodeSelector /
-# PodTolerationRestriction annotations (tests/e2e/real_node.py), so platform pods stay on kwok.
+# PodTolerationRestriction annotations (tests/e2e/real_node.py); other namespaces stay on kwok.
 # Host changes it makes and undoes: the kubelet's sysctls (vm.overcommit_memory, kernel.panic,
 # kernel.panic_on_oops, ... saved before, restored after start-up), one cgroup per v1 hierarchy
 # (/fmnist-e2e-<id>), and four directories no setting moves (/var/lib/cni, /var/lib/kubelet,

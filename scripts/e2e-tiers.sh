@@ -100,7 +100,8 @@ report() {
   local t
   for t in "${SKIP[@]}"; do
     say "SKIPPED tier $t (E2E_SKIP_TIERS): $(tier_items "$t" TESTS | tr '\n' ' ')did not run." \
-      "To run it: make tools e2e-images, then make e2e (docs/e2e.md, \"Tiers\")"
+      "To run it: make e2e without E2E_SKIP_TIERS (it builds the tier's tools and images first;" \
+      "or make tools e2e-images ahead; docs/e2e.md, \"Tiers\")"
   done
 }
 

@@ -5,7 +5,8 @@ runc, the CNI bridge, kube-proxy and CoreDNS, in the run's network namespace. It
 the taint ``e2e.fashion-mnist/real-node=true:NoSchedule``: only the pods of a namespace that
 :func:`opt_in` annotated land there (the API server's PodNodeSelector and
 PodTolerationRestriction admission plugins add the node selector and the toleration to every
-pod of it), so the platform's pods and the other tests' pods stay on the kwok nodes.
+pod of it): the platform's namespaces and the tests' real-node namespaces; the pods of any other
+namespace stay on the kwok nodes.
 
 Its images are the ones scripts/e2e-images.sh built and the node imported (nothing can be
 pulled: the namespace has no uplink); :func:`imported_images` lists them.
