@@ -509,9 +509,12 @@ def test_a_worker_that_really_fails_fails_train_sh_promptly(
         assert all(p["spec"]["nodeName"] == real_node.node_name() for p in pods)
 
 
-# A run long enough to lose pods in mid-run: four epochs of 16,384 images (about 8 s each on
-# 2 cores beside the other job; the small budget otherwise)
-LOSS_RUN = {**SMOKE_RUN, "epochs": "4", "train-examples": "16384"}
+# A run long enough to lose pods in mid-run: eight epochs of 8,192 images (2-4 s each on 2 cores
+# beside the other job, by CPU; the small budget otherwise). Each loss follows an epoch that its
+# attempt saved; the epochs left after the second loss (at least five) must outlast the time a
+# lost pod takes to stop its job (a second or two), or the last attempt finds the training done
+# and has nothing to resume (seen with four epochs on a fast CPU).
+LOSS_RUN = {**SMOKE_RUN, "epochs": "8", "train-examples": "8192"}
 
 
 def _lose(kubectl, ns: str, pod: str, how: str) -> None:
@@ -574,8 +577,8 @@ def test_a_run_that_loses_pods_resumes_in_new_attempts(kubectl, kubeconfig, over
         plurals = {"cnn": "tfjobs", "pytorch": "pytorchjobs"}
         marks = {"cnn": "epoch-*/weights.index", "pytorch": "epoch-*.pt"}
         pending = {k: list(v) for k, v in LOSSES.items()}
-        since = {k: 0.0 for k in LOSSES}  # an epoch saved after this (wall clock) counts
         dirs: dict[str, Path] = {}  # job -> its checkpoint directory on the volume
+        before: dict[str, set[Path]] = {}  # job -> the marks there when the job was found
         t0 = time.monotonic()
         while any(pending.values()):
             assert time.monotonic() - t0 < PIPELINE_TIMEOUT_S, f"no epoch saved: {pending}"
@@ -589,14 +592,12 @@ def test_a_run_that_loses_pods_resumes_in_new_attempts(kubectl, kubeconfig, over
                     found = _checkpoint_dir(kubectl, pipeline_ns, plurals[kind], job, root)
                     if found is None:
                         continue
-                    dirs[job] = found
-                ckpt = dirs[job]
-                saved = [m for m in ckpt.glob(marks[kind]) if m.stat().st_mtime > since[kind]]
+                    dirs[job], before[job] = found, set(found.glob(marks[kind]))
+                saved = set(dirs[job].glob(marks[kind])) - before[job]  # by this attempt
                 if not saved or not kubectl.run("get", "pod", pod, "-n", pipeline_ns).stdout:
                     continue
                 pending[kind].pop(0)
                 _lose(kubectl, pipeline_ns, pod, how)
-                since[kind] = time.time()
                 print(f"{kind}: {pod} lost ({how}) {time.monotonic() - t0:.0f} s after the start")
             time.sleep(0.5)
         outs = {k: p.communicate(timeout=PIPELINE_TIMEOUT_S + 60) for k, p in runs.items()}
