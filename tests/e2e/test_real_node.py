@@ -230,14 +230,19 @@ def pipeline_ns(kubectl, kubeconfig, overlay, real_ns, platform) -> str:
             # the test reads their containers' exit codes); the namespace goes after the test
             assert o["spec"].pop("podGC") == {"strategy": "OnPodSuccess"}
     kubectl.apply(objs)
-    # Argo v4.0.5 keeps one memoization cache per ConfigMap *name*, in the controller's namespace
-    # (workflow/controller/cache/cache.go, NewCacheFactory), so another namespace's runs would
-    # answer this namespace's ingest: start from an empty cache (the controller may only update that
-    # one ConfigMap by name, base/ml/pipeline/rbac.yaml, so it cannot be renamed here)
-    kubectl("delete", "configmap", "fashion-mnist-ingest-cache", "-n", "argo", "--ignore-not-found")
-    root = real_node.seeded_volume(real_ns)
-    controllers.provide_volume(kubeconfig, one(overlay, "PersistentVolumeClaim"), real_ns, root)
+    _fresh_run(kubectl, kubeconfig, one(overlay, "PersistentVolumeClaim"), real_ns)
     return real_ns
+
+
+def _fresh_run(kubectl, kubeconfig, pvc: dict, ns: str) -> None:
+    """What a pipeline run in ``ns`` starts from: the project's ``pvc`` bound to a host
+    directory seeded with the offline tfds build, and an empty memoization cache. Argo v4.0.5
+    keeps one cache per ConfigMap *name*, in the controller's namespace
+    (workflow/controller/cache/cache.go, NewCacheFactory), so another namespace's runs would
+    answer this one's ingest (the controller may only update that one ConfigMap by name,
+    base/ml/pipeline/rbac.yaml, so it cannot be renamed here)."""
+    kubectl("delete", "configmap", "fashion-mnist-ingest-cache", "-n", "argo", "--ignore-not-found")
+    controllers.provide_volume(kubeconfig, pvc, ns, real_node.seeded_volume(ns))
 
 
 def _dev_loop(
@@ -324,10 +329,7 @@ def deployed(platform, kubectl, kubeconfig, overlay) -> str:
     proc = _dev_loop(kubectl, kubeconfig, NAMESPACE, "deploy.sh", "local-k3d")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     real_node.opt_in(kubectl, NAMESPACE)
-    # an empty memoization cache (see pipeline_ns): this run's ingest runs its pod
-    kubectl("delete", "configmap", "fashion-mnist-ingest-cache", "-n", "argo", "--ignore-not-found")
-    root = real_node.seeded_volume(NAMESPACE)
-    controllers.provide_volume(kubeconfig, pvc, NAMESPACE, root)
+    _fresh_run(kubectl, kubeconfig, pvc, NAMESPACE)
     return NAMESPACE
 
 
@@ -618,16 +620,17 @@ def test_a_run_that_loses_pods_resumes_in_new_attempts(kubectl, kubeconfig, over
         assert condition(jobs[last], "Succeeded"), jobs[last]["status"]
     final = f"{wf['cnn']}-cnn-{len(LOSSES['cnn'])}"
     logs = [kubectl("logs", "-n", pipeline_ns, f"{final}-worker-{i}") for i in (0, 1)]
-    for log in logs:  # both replicas restored the chief's backup: epochs were done already
-        done = _continued(log, epochs)
-        assert done >= 1 and f"Epoch 1/{epochs}" not in log, log[-3000:]
-        assert done == epochs or f"Epoch {epochs}/{epochs}" in log, log[-3000:]
-    print(f"cnn's last attempt found {_continued(logs[0], epochs)} of {epochs} epochs done")
+    done = [_continued(log, epochs) for log in logs]
+    for log, n in zip(logs, done, strict=True):  # both replicas restored the chief's backup
+        assert n >= 1 and f"Epoch 1/{epochs}" not in log, log[-3000:]
+        assert n == epochs or f"Epoch {epochs}/{epochs}" in log, log[-3000:]
+    print(f"cnn's last attempt found {done[0]} of {epochs} epochs done")
     assert "chief exported" in logs[0] and "chief exported" not in logs[1]
     final = f"{wf['pytorch']}-pytorch-{len(LOSSES['pytorch'])}"
     master = kubectl("logs", "-n", pipeline_ns, f"{final}-master-0", "-c", "pytorch")
-    assert _continued(master, epochs) >= 1, master[-3000:]
-    print(f"pytorch's last attempt found {_continued(master, epochs)} of {epochs} epochs done")
+    done_master = _continued(master, epochs)
+    assert done_master >= 1, master[-3000:]
+    print(f"pytorch's last attempt found {done_master} of {epochs} epochs done")
     assert master.count("rank 0 exported") == 1, master[-3000:]
 
     for kind in LOSSES:  # one candidate each, of this run
