@@ -178,6 +178,14 @@ EOF
       - {key: manage-nodes-with-annotation-selector, value: kwok.x-k8s.io/node=fake}
 EOF
     sed -i "s|^  quietPull: true|  kubeApiserverCertSANs: [10.0.0.1, $NODE_IP]\n&|" "$cfg"
+  else
+    # kwok nodes only: the run's network namespace has no default route for the API server to
+    # take its advertised address from, so it is given one
+    cat >> "$cfg" <<EOF
+  - name: kube-apiserver
+    extraArgs:
+      - {key: advertise-address, value: 127.0.0.1}
+EOF
   fi
   log "starting $NAME in $E2E_DIR"
   if ! in_netns env KWOK_WORKDIR="$E2E_DIR/kwok" "$KWOK_BIN/kwokctl" --name "$NAME" \
