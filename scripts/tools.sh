@@ -42,12 +42,17 @@
 #   TOOL_SOURCE_FILES  bash array of paths: empty files that upstream's own build creates in
 #                      its tree before compiling (e.g. Argo's Makefile without STATIC_FILES:
 #                      ui/dist/app/index.html); the source is copied to ./src as above
+#   TOOL_GENERATED     bash array of paths that upstream's `go generate` writes into its tree
+#                      (the zip lacks them): tool_generate_source must make each one; the source
+#                      is copied to ./src as above
 # and may define these functions (they see MODULE_VERSION and MODULE_TIME, the module's
 # publication time from the proxy, RFC 3339):
 #   tool_module_version VERSION    -> the module version to require (default: add "v")
 #   tool_local_replace MODPATH DIR -> version for an upstream replace "MODPATH => ./DIR", or "-"
 #                                     to drop that replace; without the function a local
 #                                     replace in upstream's go.mod is an error
+#   tool_generate_source           -> runs in the tool module after `go get -tool`, the source in
+#                                     ./src: makes TOOL_GENERATED as upstream's go generate does
 #   tool_ldflags                   -> extra -ldflags (e.g. -X version variables); "-s -w" is
 #                                     always added
 # Upstream's own go.mod is read (`go mod download -json MODULE@VERSION` -> GoMod) and its
@@ -210,7 +215,7 @@ build_recipe() {
       fi
     done < <(upstream_replace_flags "$gomod")
     for r in "${TOOL_REPLACES[@]+"${TOOL_REPLACES[@]}"}"; do flags+=("-replace=$r"); done
-    if [[ -n "${TOOL_SOURCE_LINKS[*]:-}${TOOL_SOURCE_FILES[*]:-}" ]]; then
+    if [[ -n "${TOOL_SOURCE_LINKS[*]:-}${TOOL_SOURCE_FILES[*]:-}${TOOL_GENERATED[*]:-}" ]]; then
       local moddir link file
       moddir="$(python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])' <<<"$info")"
       cp -r "$moddir" src && chmod -R u+w src
@@ -229,6 +234,15 @@ build_recipe() {
     local t1
     t1="$(date +%s)"
     go get -tool "${pkgs[@]}"
+    if [[ -n "${TOOL_GENERATED[*]:-}" ]]; then
+      declare -F tool_generate_source >/dev/null \
+        || die "$tool: TOOL_GENERATED is set and the recipe has no tool_generate_source"
+      tool_generate_source
+      for file in "${TOOL_GENERATED[@]}"; do
+        [[ -s "src/$file" && ! -L "src/$file" ]] \
+          || die "$tool: tool_generate_source did not make src/$file (a regular, non-empty file)"
+      done
+    fi
     local ld="-s -w"
     if declare -F tool_ldflags >/dev/null; then ld="$ld $(tool_ldflags)"; fi
     mkdir -p bin

@@ -1,0 +1,104 @@
+"""scripts/tools.sh's recipe contract for files that upstream's `go generate` writes into its
+tree and its module zip lacks (``TOOL_GENERATED`` + ``tool_generate_source``; the Pulumi
+provider's embedded schema, hack/tools/pulumi-kubernetes.sh). Built for real with the pinned Go,
+from a module served by a ``file://`` module proxy made here (no network)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import zipfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+MODULE, VERSION = "example.com/gen", "v1.0.0"
+FILES = {
+    "go.mod": f"module {MODULE}\n\ngo 1.22\n",
+    # the generator, as upstream keeps it: ignored by the build, run by `go generate`
+    "cmd/hello/gen.go": (
+        '//go:build ignore\n\npackage main\n\nimport "os"\n\n'
+        'func main() {\n\tb, _ := os.ReadFile("template.txt")\n'
+        '\tos.WriteFile("data.txt", append(b, []byte(" "+os.Getenv("VERSION"))...), 0o600)\n}\n'
+    ),
+    "cmd/hello/template.txt": "generated",
+    "cmd/hello/main.go": (
+        'package main\n\nimport (\n\t_ "embed"\n\t"fmt"\n)\n\n'
+        "//go:embed data.txt\nvar data string\n\nfunc main() { fmt.Print(data) }\n"
+    ),
+}
+RECIPE = f"""TOOL_VERSION_KEY=FAKE_VERSION
+TOOL_MODULE={MODULE}
+TOOL_PACKAGES=({MODULE}/cmd/hello)
+TOOL_GENERATED=(cmd/hello/data.txt)
+"""
+GENERATE = (
+    'tool_generate_source() { (cd src/cmd/hello && VERSION="$MODULE_VERSION" go run gen.go); }\n'
+)
+
+
+def proxy(root: Path) -> Path:
+    """A file:// module proxy serving MODULE@VERSION."""
+    d = root / "proxy" / MODULE / "@v"
+    d.mkdir(parents=True)
+    (d / "list").write_text(f"{VERSION}\n")
+    (d / f"{VERSION}.info").write_text(f'{{"Version":"{VERSION}","Time":"2026-01-01T00:00:00Z"}}')
+    (d / f"{VERSION}.mod").write_text(FILES["go.mod"])
+    with zipfile.ZipFile(d / f"{VERSION}.zip", "w") as z:
+        for name, text in FILES.items():
+            z.writestr(f"{MODULE}@{VERSION}/{name}", text)
+    return root / "proxy"
+
+
+@pytest.fixture
+def tree(tmp_path) -> Path:
+    """scripts/tools.sh with its lib.sh and versions.env, and an empty hack/tools."""
+    if not shutil.which("go"):
+        pytest.fail("Go is required (versions.env GO_VERSION): make test builds tools with it")
+    (tmp_path / "scripts").mkdir()
+    for name in ("tools.sh", "lib.sh"):
+        shutil.copy2(REPO / "scripts" / name, tmp_path / "scripts" / name)
+    versions = (REPO / "versions.env").read_text() + f"FAKE_VERSION={VERSION}\n"
+    (tmp_path / "versions.env").write_text(versions)
+    (tmp_path / "hack" / "tools").mkdir(parents=True)
+    proxy(tmp_path)
+    return tmp_path
+
+
+def build(tree: Path, recipe: str) -> subprocess.CompletedProcess:
+    (tree / "hack" / "tools" / "fake.sh").write_text(recipe)
+    env = {
+        **os.environ,
+        "FMNIST_TOOLS_CACHE": str(tree / "cache"),
+        "GOPROXY": f"file://{tree / 'proxy'}",
+        "GOSUMDB": "off",
+        "GOFLAGS": "-buildvcs=false",
+        "GOMODCACHE": str(tree / "gomod"),
+    }
+    return subprocess.run(
+        ["bash", str(tree / "scripts" / "tools.sh"), "fake"],
+        capture_output=True, text=True, env=env, timeout=300, check=False,
+    )  # fmt: skip
+
+
+def test_a_generated_file_is_made_by_the_recipe_and_embedded(tree):
+    proc = build(tree, RECIPE + GENERATE)
+    assert proc.returncode == 0, proc.stderr
+    binary = next((tree / "cache").glob("fake-*/bin/hello"))
+    assert subprocess.run([binary], capture_output=True, text=True).stdout == f"generated {VERSION}"
+
+
+def test_a_recipe_that_lists_generated_files_without_a_generator_is_refused(tree):
+    proc = build(tree, RECIPE)
+    assert proc.returncode == 1
+    assert "TOOL_GENERATED is set and the recipe has no tool_generate_source" in proc.stderr
+    assert not list((tree / "cache").glob("fake-*/bin"))  # no cache entry
+
+
+def test_a_generator_that_does_not_make_a_listed_file_fails_the_build(tree):
+    proc = build(tree, RECIPE + "tool_generate_source() { :; }\n")
+    assert proc.returncode == 1
+    assert "tool_generate_source did not make src/cmd/hello/data.txt" in proc.stderr
+    assert not list((tree / "cache").glob("fake-*/bin"))
