@@ -53,7 +53,7 @@ help: ## list targets and variables
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON_BOOTSTRAP) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip==25.3
-	$(PY) -m pip install --quiet -e '.[dev,loadtest,torch]'
+	$(PY) -m pip install --quiet -e '.[dev,loadtest,torch,pulumi]'
 	rm -f $(VENV)/.installed-*
 	touch $@
 
@@ -69,8 +69,8 @@ test-fast: $(STAMP) kubeconform ## tests without the slow multi-process ones
 	$(PY) -m pytest -m 'not slow' --ignore=tests/e2e $(PYTEST_JOBS) $(PYTEST_ARGS)
 
 lint: $(STAMP) ## ruff + yamllint
-	$(VENV)/bin/ruff check src tests loadtest bench
-	$(VENV)/bin/ruff format --check src tests loadtest bench
+	$(VENV)/bin/ruff check src tests loadtest bench pulumi
+	$(VENV)/bin/ruff format --check src tests loadtest bench pulumi
 	$(VENV)/bin/yamllint --strict .
 
 test test-fast validate: export KUBECONFORM ?= $(KUBECONFORM_BIN)

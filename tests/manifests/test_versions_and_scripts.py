@@ -215,6 +215,7 @@ def expected_version_rows() -> dict[str, list[str]]:
         "Kubeflow training operator": [url["TRAINING_OPERATOR_VERSION"]],
         "Argo Workflows": [url["ARGO_WORKFLOWS_VERSION"], env["ARGO_WORKFLOWS_E2E_VERSION"]],
         "Argo CD": [url["ARGOCD_VERSION"]],
+        "Pulumi CLI / k8s provider": [env["PULUMI_VERSION"], env["PULUMI_KUBERNETES_VERSION"]],
         "TF Serving": [runtime],
         "etcd / kwok / kubeconform": [
             env["ETCD_VERSION"],

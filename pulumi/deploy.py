@@ -1,0 +1,342 @@
+"""Run the ML layer's Pulumi program (``program.py``) for one environment: ``up``, ``preview``
+or ``destroy``, through Pulumi's Automation API, offline. ``scripts/pulumi.sh`` runs this.
+
+What runs, and why (docs/gitops.md, "Pulumi"):
+- the CLI and the Kubernetes provider are built from their Go modules by ``scripts/tools.sh``
+  (recipes ``pulumi`` and ``pulumi-kubernetes``; no registry ships them): the CLI is given to
+  the Automation API by path, the provider is linked into a private ``PULUMI_HOME`` as the
+  plugin of exactly the version the Python SDK asks for (``resource-kubernetes-v<version>``),
+  and plugin downloads are off;
+- the program is inline: the CLI runs with ``--client`` and talks to this process, so no
+  Python language host (``pulumi-language-python``, not served here) is needed;
+- the state is a ``file://`` backend (default ``$XDG_STATE_HOME/fashion-mnist-gitops/pulumi``;
+  ``PULUMI_BACKEND_URL`` selects another, e.g. after ``pulumi login``), its secrets under
+  ``PULUMI_CONFIG_PASSPHRASE``;
+- the provider talks to the cluster of ``KUBECONFIG`` (else ``~/.kube/config``), server-side
+  apply, its field manager ``pulumi-kubernetes-<random>``.
+
+An object of the overlay that is live but not in the stack's state (applied by kubectl,
+``scripts/deploy.sh`` or Argo CD) is a conflict: ``up`` and ``preview`` stop and name it with
+its field managers; the provider's server-side apply would otherwise adopt it silently.
+Every error is one line that names what to fix; nothing is written before the checks pass.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import program
+
+STACK_TYPES = ("pulumi:pulumi:Stack", "pulumi:providers:kubernetes")
+
+
+class SetupError(Exception):
+    """What stops a run before Pulumi starts; its message is the one line shown."""
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    """``ACTION ENV [--train] [-p name=value ...] [--refresh]``; exits 2 on a bad argument."""
+    p = argparse.ArgumentParser(
+        prog="scripts/pulumi.sh",
+        description='Deploy an overlay\'s ML layer with Pulumi (docs/gitops.md, "Pulumi").',
+    )
+    p.add_argument("action", choices=("up", "preview", "destroy"))
+    p.add_argument("environment", help="an overlay: local-k3d | gpu-cloud")
+    p.add_argument("--train", action="store_true",
+                   help="with up/preview: also submit a training run (a Workflow of the "
+                        "pipeline's WorkflowTemplate), exported as trainingRun")  # fmt: skip
+    p.add_argument("-p", dest="params", action="append", default=[], metavar="NAME=VALUE",
+                   help="a parameter of that run (needs --train)")  # fmt: skip
+    p.add_argument(
+        "--refresh",
+        action="store_true",
+        help="read the live objects first (e.g. the InferenceService's URL)",
+    )
+    args = p.parse_args(argv)
+    if args.params and not args.train:
+        p.error("-p needs --train")
+    for item in args.params:
+        if "=" not in item or item.startswith("="):
+            p.error(f"-p needs name=value, got {item!r}")
+    return args
+
+
+def pins() -> dict[str, str]:
+    """``KEY=VALUE`` lines of versions.env (the one place the versions are set)."""
+    out = {}
+    for line in (program.REPO_ROOT / "versions.env").read_text().splitlines():
+        key, sep, value = line.partition("=")
+        if sep and not line.startswith("#"):
+            out[key.strip()] = value.strip()
+    return out
+
+
+def tool_dir(tool: str) -> Path:
+    """The cache entry of a built recipe (``scripts/tools.sh --bin-dir`` minus ``/bin``).
+
+    Raises:
+        SetupError: not built, with the command that builds it.
+    """
+    proc = subprocess.run(
+        [str(program.REPO_ROOT / "scripts" / "tools.sh"), "--bin-dir", tool],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    if proc.returncode != 0:
+        raise SetupError(
+            f"Pulumi's {tool} is not built: run scripts/tools.sh {tool} (or make tools)"
+        )
+    return Path(proc.stdout.strip()).parent
+
+
+def check_sdk(versions: dict[str, str]) -> str:
+    """The provider version both sides agree on, without a leading v.
+
+    Raises:
+        SetupError: the installed Python SDK ``pulumi-kubernetes`` is not the provider's
+            release pinned in versions.env (its plugin would not be found, or would not match).
+    """
+    want = versions["PULUMI_KUBERNETES_VERSION"].removeprefix("v")
+    try:
+        have = importlib.metadata.version("pulumi-kubernetes")
+    except importlib.metadata.PackageNotFoundError:
+        have = "none"
+    if have != want:
+        raise SetupError(
+            f"the Python SDK pulumi-kubernetes is {have}, the provider is {want} (versions.env "
+            "PULUMI_KUBERNETES_VERSION): install the pins of pyproject.toml (make venv)"
+        )
+    return want
+
+
+def pulumi_home(state_dir: Path, provider_bin: Path, version: str) -> Path:
+    """A private PULUMI_HOME whose only plugin is the provider built here, installed as Pulumi
+    installs one (``plugins/resource-kubernetes-v<version>/``); returns its path."""
+    home = state_dir / "home"
+    plugin = home / "plugins" / f"resource-kubernetes-v{version}"
+    plugin.mkdir(parents=True, exist_ok=True)
+    link = plugin / "pulumi-resource-kubernetes"
+    if link.is_symlink() or link.exists():
+        link.unlink()
+    link.symlink_to(provider_bin)
+    return home
+
+
+def kubeconfig_path() -> Path:
+    """The first file of ``KUBECONFIG``, else ``~/.kube/config``.
+
+    Raises:
+        SetupError: the file does not exist.
+    """
+    first = (os.environ.get("KUBECONFIG") or "").split(os.pathsep)[0]
+    path = Path(first or Path.home() / ".kube" / "config").expanduser()
+    if not path.is_file():
+        raise SetupError(f"no kubeconfig at {path}: set KUBECONFIG to your cluster's")
+    return path.resolve()
+
+
+def check_cluster(kubectl: str, kubeconfig: Path) -> None:
+    """Raises SetupError unless the kubeconfig's cluster answers within 10 s."""
+    proc = subprocess.run(
+        [kubectl, "--kubeconfig", str(kubeconfig), "--request-timeout=10s",
+         "get", "--raw", "/version"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    if proc.returncode != 0:
+        why = (proc.stderr.strip().splitlines() or ["no answer"])[-1]
+        raise SetupError(f"the cluster of {kubeconfig} does not answer ({why}): fix KUBECONFIG")
+
+
+def managed_in_state(deployment: dict) -> set[tuple[str, str]]:
+    """(type, id) of the Kubernetes objects a stack's exported state holds; id ``ns/name``."""
+    return {
+        (r["type"], r.get("id", ""))
+        for r in deployment.get("resources") or []
+        if r["type"].startswith("kubernetes:") and r["type"] not in STACK_TYPES
+    }
+
+
+def conflicts(objects: list[dict], live: list[dict], in_state: set[tuple[str, str]]) -> list[str]:
+    """The objects of the overlay that are live but not in the stack's state, each
+    ``Kind ns/name (managed by m1, m2)``: another tool owns them."""
+    found = []
+    live_by_key = {(o["kind"], program.logical_name(o)): o for o in live}
+    for obj in objects:
+        key = (obj["kind"], program.logical_name(obj))
+        if key in live_by_key and (program.type_token(obj), key[1]) not in in_state:
+            managers = sorted(
+                {f["manager"] for f in live_by_key[key]["metadata"].get("managedFields") or []}
+            )
+            found.append(f"{key[0]} {key[1]} (managed by {', '.join(managers) or 'unknown'})")
+    return found
+
+
+def live_objects(kubectl: str, kubeconfig: Path, objects: list[dict]) -> list[dict]:
+    """The live counterparts of ``objects`` (``kubectl get -f``; missing ones left out)."""
+    proc = subprocess.run(
+        [kubectl, "--kubeconfig", str(kubeconfig), "get", "--ignore-not-found",
+         "--show-managed-fields", "-o", "json", "-f", "-"],
+        input=json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}),
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    if proc.returncode != 0:
+        raise SetupError(f"reading the live objects: {proc.stderr.strip()}")
+    if not proc.stdout.strip():
+        return []
+    got = json.loads(proc.stdout)
+    return got["items"] if got.get("kind") == "List" else [got]
+
+
+def state_dir() -> Path:
+    """Where the default ``file://`` backend and the private PULUMI_HOME live."""
+    base = os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state"
+    return Path(base) / "fashion-mnist-gitops" / "pulumi"
+
+
+def workspace_env(home: Path, backend: str) -> dict[str, str]:
+    """The environment of every CLI call: offline, the private home, no plugin downloads, no
+    provider from PATH (only the one linked into ``home``)."""
+    return {
+        "PULUMI_HOME": str(home),
+        "PULUMI_BACKEND_URL": backend,
+        "PULUMI_SKIP_UPDATE_CHECK": "true",
+        "PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION": "true",
+        "PULUMI_IGNORE_AMBIENT_PLUGINS": "true",
+    }
+
+
+DIAGNOSTIC = re.compile(r"^  (?P<type>[a-z][\w.-]*:\S+) \((?P<name>[^)]*)\):$")
+
+
+def one_line(text: str) -> str:
+    """The line that says why a CLI call failed, from its output (``str`` of Pulumi's
+    CommandError): the first resource error of its ``Diagnostics:``, as ``Kind name: reason``
+    with how many more there are; else its last ``error:`` line."""
+    if "passphrase" in text.lower() and ("incorrect" in text or "decrypt" in text):
+        return ("the passphrase does not open this stack's secrets: set PULUMI_CONFIG_PASSPHRASE "
+                "to the one it was created with")  # fmt: skip
+    lines = text.splitlines()
+    found, header = [], None
+    for line in lines[lines.index("Diagnostics:") + 1 :] if "Diagnostics:" in lines else []:
+        if m := DIAGNOSTIC.match(line):
+            header = m
+        elif (
+            header
+            and line.strip().startswith("error:")
+            and not header["type"].startswith("pulumi:")
+        ):
+            why = re.sub(r'^resource "urn:[^"]*" ', "", line.strip().removeprefix("error:").strip())
+            found.append(f"{header['type'].rpartition(':')[2]} {header['name']}: {why}")
+    if found:
+        more = f" (and {len(found) - 1} more above)" if len(found) > 1 else ""
+        return found[0] + more
+    errors = [ln.strip() for ln in lines if ln.strip().startswith("error:")]
+    return (errors or [ln.strip() for ln in lines if ln.strip()] or ["pulumi failed"])[
+        -1
+    ].removeprefix("error: ")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Check the setup, then up/preview/destroy; prints the Pulumi run and a summary line
+    ``<action>: {"create": N, ...}`` (JSON), then ``outputs: {...}`` for up."""
+    from pulumi import automation as auto
+
+    versions = pins()
+    objects = program.render(args.environment, os.environ.get("KUBECTL", "kubectl"))
+    training = dict(p.split("=", 1) for p in args.params) if args.train else None
+    if training is not None:
+        program.training_workflow(objects, training)  # its ValueError before anything runs
+    provider_version = check_sdk(versions)
+    cli = tool_dir("pulumi")
+    provider = tool_dir("pulumi-kubernetes") / "bin" / "pulumi-resource-kubernetes"
+    kubeconfig = kubeconfig_path()
+    kubectl = os.environ.get("KUBECTL", "kubectl")
+    check_cluster(kubectl, kubeconfig)
+    backend = os.environ.get("PULUMI_BACKEND_URL") or f"file://{state_dir() / 'state'}"
+    if backend.startswith("file://"):
+        Path(backend.removeprefix("file://")).mkdir(parents=True, exist_ok=True)
+        if not (
+            os.environ.get("PULUMI_CONFIG_PASSPHRASE")
+            or os.environ.get("PULUMI_CONFIG_PASSPHRASE_FILE")
+        ):
+            raise SetupError("set PULUMI_CONFIG_PASSPHRASE: it guards the stack's secrets in the "
+                             "local state (any for a new stack, then the same)")  # fmt: skip
+    home = pulumi_home(state_dir(), provider, provider_version)
+    # the project's folder keeps Pulumi.<stack>.yaml, whose encryptionsalt checks the passphrase
+    work_dir = state_dir() / "project"
+    work_dir.mkdir(parents=True, exist_ok=True)
+
+    def pulumi_program() -> None:
+        import pulumi_kubernetes as k8s
+
+        cluster = k8s.Provider("cluster", kubeconfig=str(kubeconfig), enable_server_side_apply=True)
+        program.ml_layer(objects, cluster, training)
+
+    workspace = auto.LocalWorkspace(
+        work_dir=str(work_dir),
+        pulumi_home=str(home),
+        program=pulumi_program,
+        env_vars=workspace_env(home, backend),
+        secrets_provider="passphrase" if backend.startswith("file://") else None,
+        project_settings=auto.ProjectSettings(
+            name=program.PROJECT, runtime="python", backend=auto.ProjectBackend(url=backend)
+        ),
+        pulumi_command=auto.PulumiCommand(root=str(cli)),
+    )
+    try:
+        stack = auto.Stack.select(args.environment, workspace)
+    except auto.StackNotFoundError:
+        if args.action == "destroy":
+            raise SetupError(
+                f"no stack {args.environment} in {backend}: nothing to destroy"
+            ) from None
+        stack = None  # made below, once the checks pass: a refused run writes no state
+    if args.action != "destroy":
+        in_state = managed_in_state(stack.export_stack().deployment or {}) if stack else set()
+        taken = conflicts(objects, live_objects(kubectl, kubeconfig, objects), in_state)
+        if taken:
+            raise SetupError(
+                f"{len(taken)} object(s) of overlays/{args.environment} exist and are not this "
+                f"stack's: {'; '.join(taken)}. Pulumi would take them over silently: delete them "
+                "(kubectl delete -k overlays/<env>, or the Argo CD Application) or keep deploying "
+                "with the tool that owns them"
+            )
+    stack = stack or auto.Stack.create(args.environment, workspace)
+    common = {"on_output": print, "color": "never"}
+    if args.action == "up":
+        result = stack.up(refresh=args.refresh, **common)
+        print(f"up: {json.dumps(result.summary.resource_changes or {}, sort_keys=True)}")
+        values = {k: v.value for k, v in result.outputs.items()}
+        print(f"outputs: {json.dumps(values, sort_keys=True)}")
+    elif args.action == "preview":
+        result = stack.preview(refresh=args.refresh, **common)
+        print(f"preview: {json.dumps(result.change_summary, sort_keys=True)}")
+    else:
+        result = stack.destroy(**common)
+        print(f"destroy: {json.dumps(result.summary.resource_changes or {}, sort_keys=True)}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of scripts/pulumi.sh; exit 0 on success, 1 with one ``error:`` line."""
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        return run(args)
+    except (SetupError, ValueError, RuntimeError) as err:
+        print(f"error: {err}", file=sys.stderr)
+    except Exception as err:  # Pulumi's CommandError and kin: the CLI's own reason
+        if type(err).__module__.startswith("pulumi"):
+            print(f"error: {one_line(str(err))}", file=sys.stderr)
+        else:
+            raise
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Deploy an overlay's ML layer with Pulumi instead of kubectl or Argo CD: the Python program in
+# pulumi/ (program.py), driven through Pulumi's Automation API by pulumi/deploy.py, offline
+# (docs/gitops.md "Pulumi"). Needs `make venv` and `scripts/tools.sh pulumi pulumi-kubernetes`.
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+if wants_help "${1:-}" || [[ $# -lt 2 ]]; then
+  cat <<USAGE
+usage: scripts/pulumi.sh up|preview|destroy <overlay> [--train [-p name=value ...]] [--refresh]
+  overlay: local-k3d | gpu-cloud; the stack is named after it (project fashion-mnist).
+  up        create or update the overlay's objects (what scripts/deploy.sh applies)
+  preview   what up would change
+  destroy   delete every object the stack created
+  --train   also submit a training run (a Workflow of the pipeline), exported as trainingRun
+Env: KUBECONFIG; PULUMI_CONFIG_PASSPHRASE (required with the local state); PULUMI_BACKEND_URL
+(default: a file:// backend under \$XDG_STATE_HOME/fashion-mnist-gitops/pulumi).
+USAGE
+  wants_help "${1:-}" && exit 0
+  exit 2
+fi
+export KUBECTL
+exec "${PYTHON}" "${REPO_ROOT}/pulumi/deploy.py" "$@"
