@@ -31,13 +31,19 @@ TOOLS="$ROOT/scripts/tools.sh"
 # room: the core with the cluster's start and teardown, then each tier's own tests. `plan`
 # keeps this much.
 CORE_E2E_SECONDS=1500
-TIERS=(serving)
+TIERS=(serving pulumi)
 # serving: KServe's predictor with its agent and message-dumper on the real node, Standard
 # mode's HPA (metrics-server) under Locust
 serving_TOOLS=(kserve-agent metrics-server event-display)
 serving_IMAGES=(agent event_display)
 serving_TESTS=(tests/e2e/test_real_serving.py)
 serving_E2E_SECONDS=360
+# pulumi: scripts/pulumi.sh up/preview/destroy of the ML layer (pulumi/) with the CLI and the
+# Kubernetes provider built here; no image, no pod of its own
+pulumi_TOOLS=(pulumi pulumi-kubernetes)
+pulumi_IMAGES=()
+pulumi_TESTS=(tests/e2e/test_pulumi.py)
+pulumi_E2E_SECONDS=180
 
 die() { echo "e2e-tiers.sh: $*" >&2; exit 1; }
 say() { echo "e2e-tiers.sh: $*" >&2; }

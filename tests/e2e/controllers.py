@@ -621,14 +621,10 @@ def volume_name(pvc: dict, namespace: str) -> str:
     return f"e2e-{namespace}-{pvc['metadata']['name']}"[:63]
 
 
-def provide_volume(admin: Path, pvc: dict, namespace: str, host_path: Path | None = None) -> None:
-    """Make the project's PVC bindable on the kwok cluster: its StorageClass (k3s' local-path:
-    rancher.io/local-path, WaitForFirstConsumer; no provisioner runs here) and a PersistentVolume
-    pre-bound to ``namespace``/``pvc`` (hostPath: never mounted on a kwok node; mounted for real
-    by the real node's kubelet, at ``host_path``, which the caller prepares: real_node.py), so
-    the real PV controller binds the claim and the scheduler places the pods that mount it."""
-    spec = pvc["spec"]
-    sc = spec.get("storageClassName") or "standard"
+def ensure_storage_class(admin: Path, pvc: dict) -> str:
+    """The StorageClass of the project's PVC as k3s has it (local-path: rancher.io/local-path,
+    WaitForFirstConsumer; no provisioner runs here), made if missing; its name."""
+    sc = pvc["spec"].get("storageClassName") or "standard"
     storage_class = {
         "apiVersion": "storage.k8s.io/v1",
         "kind": "StorageClass",
@@ -637,6 +633,19 @@ def provide_volume(admin: Path, pvc: dict, namespace: str, host_path: Path | Non
         "volumeBindingMode": "WaitForFirstConsumer",
         "reclaimPolicy": "Delete",
     }
+    if not kubectl(admin, "get", "storageclass", sc, "--ignore-not-found", "-o", "name"):
+        kubectl(admin, "apply", "-f", "-", input=json.dumps(storage_class))
+    return sc
+
+
+def provide_volume(admin: Path, pvc: dict, namespace: str, host_path: Path | None = None) -> None:
+    """Make the project's PVC bindable on the kwok cluster: its StorageClass (k3s' local-path:
+    rancher.io/local-path, WaitForFirstConsumer; no provisioner runs here) and a PersistentVolume
+    pre-bound to ``namespace``/``pvc`` (hostPath: never mounted on a kwok node; mounted for real
+    by the real node's kubelet, at ``host_path``, which the caller prepares: real_node.py), so
+    the real PV controller binds the claim and the scheduler places the pods that mount it."""
+    spec = pvc["spec"]
+    sc = ensure_storage_class(admin, pvc)
     pv = {
         "apiVersion": "v1",
         "kind": "PersistentVolume",
@@ -650,8 +659,6 @@ def provide_volume(admin: Path, pvc: dict, namespace: str, host_path: Path | Non
             "claimRef": {"namespace": namespace, "name": pvc["metadata"]["name"]},
         },
     }
-    if not kubectl(admin, "get", "storageclass", sc, "--ignore-not-found", "-o", "name"):
-        kubectl(admin, "apply", "-f", "-", input=json.dumps(storage_class))
     kubectl(admin, "apply", "-f", "-", input=json.dumps(pv))
     # Only the declared fields: a claim read back from the server carries its resourceVersion,
     # and the PV controller may bind it (a write) between that read and this apply, which would

@@ -17,6 +17,8 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 TIERS = REPO / "scripts" / "e2e-tiers.sh"
 SERVING_TOOLS = {"kserve-agent", "metrics-server", "event-display"}
+PULUMI_TOOLS = {"pulumi", "pulumi-kubernetes"}
+TIER_TOOLS = SERVING_TOOLS | PULUMI_TOOLS
 
 
 def run(*args: str, cache: Path, skip: str = "", timeout: int = 120):
@@ -57,9 +59,9 @@ def mark_built(cache: Path, tools: set[str]) -> None:
 
 
 def fake_build(cache: Path, seconds: int, builds: bool = True) -> subprocess.Popen:
-    """A stand-in for the tiers' tools build: after ``seconds``, it marks serving's tools
+    """A stand-in for the tiers' tools build: after ``seconds``, it marks every tier's tools
     built (as tools.sh does, before it exits) when ``builds``, then ends."""
-    marks = " ".join(f"{d}/.complete" for d in entries(cache, SERVING_TOOLS)) if builds else ""
+    marks = " ".join(f"{d}/.complete" for d in entries(cache, TIER_TOOLS)) if builds else ""
     script = f"sleep {seconds}; for m in {marks}; do mkdir -p $(dirname $m); touch $m; done"
     return subprocess.Popen(["bash", "-c", script])
 
@@ -68,7 +70,7 @@ def test_the_core_and_the_tiers_split_every_recipe_image_and_module(tmp_path):
     every = set(lines(run("tools", cache=tmp_path)))
     core = set(lines(run("tools", "--core", cache=tmp_path)))
     assert every == recipes()
-    assert every - core == SERVING_TOOLS
+    assert every - core == TIER_TOOLS
     images = subprocess.run(
         ["bash", str(REPO / "scripts" / "e2e-images.sh"), "--names"],
         capture_output=True, text=True, check=True,
@@ -104,14 +106,22 @@ def test_an_unknown_tier_is_refused_naming_it(tmp_path, command):
 
 def test_plan_skips_a_tier_not_built_in_time_and_says_why(tmp_path):
     proc = run("plan", str(int(time.time()) + 60), cache=tmp_path)
-    assert lines(proc) == ["serving"]
+    assert lines(proc) == ["serving", "pulumi"]
     assert "SKIPPING tier serving" in proc.stderr and "kserve-agent" in proc.stderr
+    assert "SKIPPING tier pulumi" in proc.stderr and "pulumi-kubernetes" in proc.stderr
     assert "left of the budget" in proc.stderr
+
+
+def test_plan_skips_only_the_tier_that_is_not_built(tmp_path):
+    mark_built(tmp_path, SERVING_TOOLS)
+    proc = run("plan", str(int(time.time()) + 60), cache=tmp_path)
+    assert lines(proc) == ["pulumi"]
+    assert "SKIPPING tier serving" not in proc.stderr
 
 
 def test_plan_runs_a_built_tier_whatever_the_time_left(tmp_path):
     cache = tmp_path / "a tools cache"  # (a path with a space: tools.sh --list's last field)
-    mark_built(cache, SERVING_TOOLS)
+    mark_built(cache, TIER_TOOLS)
     proc = run("plan", str(int(time.time()) - 10), cache=cache)
     assert lines(proc) == [] and proc.stderr == ""
 
@@ -131,7 +141,7 @@ def test_plan_skips_a_tier_whose_build_ended_without_it_and_says_so(tmp_path):
     build = fake_build(tmp_path, 1, builds=False)
     build.wait()
     proc = run("plan", str(int(time.time()) + 10_000), str(build.pid), cache=tmp_path)
-    assert lines(proc) == ["serving"]
+    assert lines(proc) == ["serving", "pulumi"]
     assert "their build" in proc.stderr and "has ended" in proc.stderr, proc.stderr
 
 
@@ -140,7 +150,7 @@ def test_plan_does_not_wait_for_a_build_past_the_budget(tmp_path):
     build = fake_build(tmp_path, 300)
     try:
         proc = run("plan", str(int(time.time()) + 600), str(build.pid), cache=tmp_path, timeout=60)
-        assert lines(proc) == ["serving"]
+        assert lines(proc) == ["serving", "pulumi"]
         assert "left of the budget" in proc.stderr, proc.stderr
         assert build.poll() is None  # still building: plan did not wait for it
     finally:
