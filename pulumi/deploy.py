@@ -9,9 +9,10 @@ What runs, and why (docs/gitops.md, "Pulumi"):
   and plugin downloads are off;
 - the program is inline: the CLI runs with ``--client`` and talks to this process, so no
   Python language host (``pulumi-language-python``, not served here) is needed;
-- the state is a ``file://`` backend (default ``$XDG_STATE_HOME/fashion-mnist-gitops/pulumi``;
-  ``PULUMI_BACKEND_URL`` selects another, e.g. after ``pulumi login``), its secrets under
-  ``PULUMI_CONFIG_PASSPHRASE``;
+- the state is a ``file://`` backend (default ``$XDG_STATE_HOME/fashion-mnist-gitops/pulumi``),
+  its secrets under ``PULUMI_CONFIG_PASSPHRASE``; ``PULUMI_BACKEND_URL`` selects another, its
+  credentials from the environment (``PULUMI_ACCESS_TOKEN``, the cloud's own): the private
+  ``PULUMI_HOME`` holds no ``pulumi login``;
 - the provider talks to the cluster of ``KUBECONFIG`` (else ``~/.kube/config``), server-side
   apply, its field manager ``pulumi-kubernetes-<random>``.
 
@@ -51,7 +52,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("environment", help="an overlay: local-k3d | gpu-cloud")
     p.add_argument("--train", action="store_true",
                    help="with up/preview: also submit a training run (a Workflow of the "
-                        "pipeline's WorkflowTemplate), exported as trainingRun")  # fmt: skip
+                        "pipeline's WorkflowTemplate), exported as trainingRun; other -p values "
+                        "replace it with a new run")  # fmt: skip
     p.add_argument("-p", dest="params", action="append", default=[], metavar="NAME=VALUE",
                    help="a parameter of that run (needs --train)")  # fmt: skip
     p.add_argument(
@@ -62,6 +64,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.params and not args.train:
         p.error("-p needs --train")
+    if args.train and args.action == "destroy":
+        p.error("--train is for up and preview (destroy deletes the run with the rest)")
     for item in args.params:
         if "=" not in item or item.startswith("="):
             p.error(f"-p needs name=value, got {item!r}")
@@ -90,7 +94,7 @@ def tool_dir(tool: str) -> Path:
     )  # fmt: skip
     if proc.returncode != 0:
         raise SetupError(
-            f"Pulumi's {tool} is not built: run scripts/tools.sh {tool} (or make tools)"
+            f"Pulumi's {tool} is not built: run scripts/tools.sh pulumi pulumi-kubernetes"
         )
     return Path(proc.stdout.strip()).parent
 
@@ -186,7 +190,12 @@ def live_objects(kubectl: str, kubeconfig: Path, objects: list[dict]) -> list[di
         capture_output=True, text=True, check=False,
     )  # fmt: skip
     if proc.returncode != 0:
-        raise SetupError(f"reading the live objects: {proc.stderr.strip()}")
+        kinds = sorted(set(re.findall(r'no matches for kind "(\w+)"', proc.stderr)))
+        if kinds:
+            raise SetupError(f"the cluster has no {', '.join(kinds)} (the platform's CRDs): "
+                             "run scripts/install-platform.sh first")  # fmt: skip
+        lines = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()]
+        raise SetupError(f"reading the live objects: {(lines or ['kubectl failed'])[-1]}")
     if not proc.stdout.strip():
         return []
     got = json.loads(proc.stdout)
@@ -255,18 +264,16 @@ def run(args: argparse.Namespace) -> int:
     provider_version = check_sdk(versions)
     cli = tool_dir("pulumi")
     provider = tool_dir("pulumi-kubernetes") / "bin" / "pulumi-resource-kubernetes"
+    backend = os.environ.get("PULUMI_BACKEND_URL") or f"file://{state_dir() / 'state'}"
+    passphrase = ("PULUMI_CONFIG_PASSPHRASE", "PULUMI_CONFIG_PASSPHRASE_FILE")
+    if backend.startswith("file://") and not any(os.environ.get(k) for k in passphrase):
+        raise SetupError("set PULUMI_CONFIG_PASSPHRASE: it guards the stack's secrets in the "
+                         "local state (any for a new stack, then the same)")  # fmt: skip
     kubeconfig = kubeconfig_path()
     kubectl = os.environ.get("KUBECTL", "kubectl")
     check_cluster(kubectl, kubeconfig)
-    backend = os.environ.get("PULUMI_BACKEND_URL") or f"file://{state_dir() / 'state'}"
     if backend.startswith("file://"):
         Path(backend.removeprefix("file://")).mkdir(parents=True, exist_ok=True)
-        if not (
-            os.environ.get("PULUMI_CONFIG_PASSPHRASE")
-            or os.environ.get("PULUMI_CONFIG_PASSPHRASE_FILE")
-        ):
-            raise SetupError("set PULUMI_CONFIG_PASSPHRASE: it guards the stack's secrets in the "
-                             "local state (any for a new stack, then the same)")  # fmt: skip
     home = pulumi_home(state_dir(), provider, provider_version)
     # the project's folder keeps Pulumi.<stack>.yaml, whose encryptionsalt checks the passphrase
     work_dir = state_dir() / "project"

@@ -143,9 +143,16 @@ def ml_layer(
         "inferenceServiceUrl": isvc.status.apply(lambda s: (s or {}).get("url") or ""),
     }
     if training is not None:
+        # other parameters are another run: replaced (deleted, then created), not patched
+        # (Argo does not rerun a Workflow whose spec changes)
         run = KubeObject(
             training_workflow(objects, training),
-            pulumi.ResourceOptions(provider=provider, depends_on=list(made.values())),
+            pulumi.ResourceOptions(
+                provider=provider,
+                depends_on=list(made.values()),
+                replace_on_changes=["spec"],
+                delete_before_replace=True,
+            ),  # fmt: skip
             name=TRAINING_RUN,
         )
         exports["trainingRun"] = run.metadata.apply(lambda m: m["name"])

@@ -68,14 +68,20 @@ def test_an_sdk_other_than_the_providers_release_stops_the_run(monkeypatch):
 def test_the_project_is_named_once():
     spec = yaml.safe_load((REPO_ROOT / "pulumi" / "Pulumi.yaml").read_text())
     assert spec["name"] == program.PROJECT
-    assert spec["runtime"] == "python"
+    assert spec["runtime"]["name"] == "python"
+    assert (REPO_ROOT / "pulumi" / spec["runtime"]["options"]["virtualenv"]).resolve() == (
+        REPO_ROOT / ".venv"
+    )
 
 
 def test_an_unbuilt_cli_or_provider_names_the_command_that_builds_it(tmp_path, monkeypatch):
     monkeypatch.setenv("FMNIST_TOOLS_CACHE", str(tmp_path))
     for tool in ("pulumi", "pulumi-kubernetes"):
-        with pytest.raises(deploy.SetupError, match=f"run scripts/tools.sh {tool} "):
+        with pytest.raises(deploy.SetupError) as err:
             deploy.tool_dir(tool)
+        assert str(err.value) == (
+            f"Pulumi's {tool} is not built: run scripts/tools.sh pulumi pulumi-kubernetes"
+        )
 
 
 def test_the_provider_is_the_private_homes_only_plugin_at_the_sdks_version(tmp_path):
@@ -157,6 +163,7 @@ def test_a_failed_run_is_told_by_its_first_resource_error():
         (["up", "local-k3d", "-p", "epochs=1"], "-p needs --train"),
         (["up", "local-k3d", "--train", "-p", "epochs"], "-p needs name=value"),
         (["apply", "local-k3d"], "invalid choice: 'apply'"),
+        (["destroy", "local-k3d", "--train"], "--train is for up and preview"),
     ],
 )
 def test_bad_arguments_exit_2_with_the_usage(argv, message, capsys):
@@ -175,3 +182,21 @@ def test_the_script_refuses_an_unknown_environment_before_anything_runs(tmp_path
     assert proc.returncode == 1
     assert proc.stderr.strip() == "error: no environment 'nope' (have: gpu-cloud, local-k3d)"
     assert not (tmp_path / "s").exists()  # no state, no home made
+
+
+def test_a_cluster_without_the_platforms_crds_is_one_line(tmp_path):
+    """kubectl's "no matches for kind" (one line per kind, and discovery noise) is said once."""
+    (tmp_path / "stderr").write_text(
+        "E1205 memcache.go:265 couldn't get resource list for serving.kserve.io/v1beta1\n"
+        'error: unable to recognize "STDIN": no matches for kind "InferenceService" in version x\n'
+        'error: unable to recognize "STDIN": no matches for kind "Service" in version y\n'
+    )
+    kubectl = tmp_path / "kubectl"
+    kubectl.write_text(f"#!/bin/sh\ncat >/dev/null\ncat {tmp_path / 'stderr'} >&2\nexit 1\n")
+    kubectl.chmod(0o755)
+    with pytest.raises(deploy.SetupError) as err:
+        deploy.live_objects(str(kubectl), tmp_path / "kubeconfig", [_obj("Namespace", "x")])
+    assert str(err.value) == (
+        "the cluster has no InferenceService, Service (the platform's CRDs): "
+        "run scripts/install-platform.sh first"
+    )
