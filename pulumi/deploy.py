@@ -25,6 +25,8 @@ Every error is one line that names what to fix; nothing is written before the ch
 from __future__ import annotations
 
 import argparse
+import datetime
+import hashlib
 import importlib.metadata
 import json
 import os
@@ -49,11 +51,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         description='Deploy an overlay\'s ML layer with Pulumi (docs/gitops.md, "Pulumi").',
     )
     p.add_argument("action", choices=("up", "preview", "destroy"))
-    p.add_argument("environment", help="an overlay: local-k3d | gpu-cloud")
+    envs = sorted(d.name for d in (program.REPO_ROOT / "overlays").iterdir() if d.is_dir())
+    p.add_argument("environment", help=f"an overlay: {' | '.join(envs)}")
     p.add_argument("--train", action="store_true",
                    help="with up/preview: also submit a training run (a Workflow of the "
-                        "pipeline's WorkflowTemplate), exported as trainingRun; other -p values "
-                        "replace it with a new run")  # fmt: skip
+                        "pipeline's WorkflowTemplate), exported as trainingRun: each up --train "
+                        "replaces the last run with a new one")  # fmt: skip
     p.add_argument("-p", dest="params", action="append", default=[], metavar="NAME=VALUE",
                    help="a parameter of that run (needs --train)")  # fmt: skip
     p.add_argument(
@@ -157,28 +160,59 @@ def check_cluster(kubectl: str, kubeconfig: Path) -> None:
         raise SetupError(f"the cluster of {kubeconfig} does not answer ({why}): fix KUBECONFIG")
 
 
-def managed_in_state(deployment: dict) -> set[tuple[str, str]]:
-    """(type, id) of the Kubernetes objects a stack's exported state holds; id ``ns/name``."""
-    return {
-        (r["type"], r.get("id", ""))
-        for r in deployment.get("resources") or []
-        if r["type"].startswith("kubernetes:") and r["type"] not in STACK_TYPES
-    }
+def object_key(obj: dict) -> tuple[str, str, str]:
+    """(group, kind, ``ns/name``) of an object, its version left out: a stack keeps owning an
+    object whose apiVersion the overlay moves (the core group is written ``core``)."""
+    group = obj["apiVersion"].rpartition("/")[0] or "core"
+    return group, obj["kind"], program.logical_name(obj)
 
 
-def conflicts(objects: list[dict], live: list[dict], in_state: set[tuple[str, str]]) -> list[str]:
-    """The objects of the overlay that are live but not in the stack's state, each
-    ``Kind ns/name (managed by m1, m2)``: another tool owns them."""
+def owned_in_state(deployment: dict) -> dict[tuple[str, str, str], str]:
+    """The Kubernetes objects a stack's exported state holds: ``object_key`` -> the uid of the
+    object it created (``""`` when the state has none)."""
+    owned = {}
+    for r in deployment.get("resources") or []:
+        if not r["type"].startswith("kubernetes:") or r["type"] in STACK_TYPES:
+            continue
+        _, group_version, kind = r["type"].split(":")
+        meta = (r.get("outputs") or {}).get("metadata") or {}
+        owned[(group_version.rpartition("/")[0], kind, r.get("id", ""))] = meta.get("uid", "")
+    return owned
+
+
+def _managers(obj: dict) -> str:
+    found = sorted({f["manager"] for f in obj["metadata"].get("managedFields") or []})
+    return ", ".join(found) or "unknown"
+
+
+def conflicts(
+    objects: list[dict], live: list[dict], owned: dict[tuple[str, str, str], str]
+) -> list[str]:
+    """The objects of the overlay that are live but not this stack's, each
+    ``Kind ns/name (managed by m1, m2)``: another tool applied them, or, with a uid other than
+    the one the stack created (recreated by another tool, or another cluster), took them over."""
     found = []
-    live_by_key = {(o["kind"], program.logical_name(o)): o for o in live}
+    live_by_key = {object_key(o): o for o in live}
     for obj in objects:
-        key = (obj["kind"], program.logical_name(obj))
-        if key in live_by_key and (program.type_token(obj), key[1]) not in in_state:
-            managers = sorted(
-                {f["manager"] for f in live_by_key[key]["metadata"].get("managedFields") or []}
+        key = object_key(obj)
+        if key not in live_by_key:
+            continue
+        other = live_by_key[key]
+        name = f"{key[1]} {key[2]}"
+        if key not in owned:
+            found.append(f"{name} (managed by {_managers(other)})")
+        elif owned[key] and other["metadata"].get("uid") != owned[key]:
+            found.append(
+                f"{name} (not the object this stack created; managed by {_managers(other)})"
             )
-            found.append(f"{key[0]} {key[1]} (managed by {', '.join(managers) or 'unknown'})")
     return found
+
+
+def missing(objects: list[dict], live: list[dict], owned: dict) -> list[str]:
+    """``Kind ns/name`` of the objects the stack's state holds that are not live (deleted out
+    of band): Pulumi diffs against its state, so only a refresh sees them gone."""
+    live_keys = {object_key(o) for o in live}
+    return [f"{k[1]} {k[2]}" for k in map(object_key, objects) if k in owned and k not in live_keys]
 
 
 def live_objects(kubectl: str, kubeconfig: Path, objects: list[dict]) -> list[dict]:
@@ -196,10 +230,7 @@ def live_objects(kubectl: str, kubeconfig: Path, objects: list[dict]) -> list[di
                              "run scripts/install-platform.sh first")  # fmt: skip
         lines = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()]
         raise SetupError(f"reading the live objects: {(lines or ['kubectl failed'])[-1]}")
-    if not proc.stdout.strip():
-        return []
-    got = json.loads(proc.stdout)
-    return got["items"] if got.get("kind") == "List" else [got]
+    return json.loads(proc.stdout)["items"] if proc.stdout.strip() else []  # always a List
 
 
 def state_dir() -> Path:
@@ -217,10 +248,31 @@ def workspace_env(home: Path, backend: str) -> dict[str, str]:
         "PULUMI_SKIP_UPDATE_CHECK": "true",
         "PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION": "true",
         "PULUMI_IGNORE_AMBIENT_PLUGINS": "true",
+        # never force a server-side apply: a field another manager owns is a conflict, not ours
+        "PULUMI_K8S_ENABLE_PATCH_FORCE": "false",
     }
 
 
 DIAGNOSTIC = re.compile(r"^  (?P<type>[a-z][\w.-]*:\S+) \((?P<name>[^)]*)\):$")
+
+
+def keep_salt(workspace, stack_name: str, deployment: dict) -> None:
+    """Put the stack's passphrase salt (its checkpoint's ``secrets_providers``) back into
+    Pulumi.<stack>.yaml when that file lost it (another machine, a cleaned folder): without it
+    the CLI would make a new salt, accept any passphrase, and lock out the right one."""
+    provider = deployment.get("secrets_providers") or {}
+    salt = (provider.get("state") or {}).get("salt")
+    if provider.get("type") != "passphrase" or not salt:
+        return
+    from pulumi.automation import StackSettings
+
+    try:
+        settings = workspace.stack_settings(stack_name)
+    except FileNotFoundError:
+        settings = StackSettings()
+    if not settings.encryption_salt:
+        settings.encryption_salt = salt
+        workspace.save_stack_settings(stack_name, settings)
 
 
 def one_line(text: str) -> str:
@@ -245,10 +297,9 @@ def one_line(text: str) -> str:
     if found:
         more = f" (and {len(found) - 1} more above)" if len(found) > 1 else ""
         return found[0] + more
-    errors = [ln.strip() for ln in lines if ln.strip().startswith("error:")]
-    return (errors or [ln.strip() for ln in lines if ln.strip()] or ["pulumi failed"])[
-        -1
-    ].removeprefix("error: ")
+    errors = [ln.strip() for ln in lines if "error:" in ln]
+    last = (errors or [ln.strip() for ln in lines if ln.strip()] or ["pulumi failed"])[-1]
+    return re.sub(r"^((stdout|stderr|error):\s*)+", "", last)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -259,6 +310,8 @@ def run(args: argparse.Namespace) -> int:
     versions = pins()
     objects = program.render(args.environment, os.environ.get("KUBECTL", "kubectl"))
     training = dict(p.split("=", 1) for p in args.params) if args.train else None
+    # each `up --train` asks for a new run: its time marks the Workflow (program.SUBMISSION)
+    submission = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
     if training is not None:
         program.training_workflow(objects, training)  # its ValueError before anything runs
     provider_version = check_sdk(versions)
@@ -273,17 +326,18 @@ def run(args: argparse.Namespace) -> int:
     kubectl = os.environ.get("KUBECTL", "kubectl")
     check_cluster(kubectl, kubeconfig)
     if backend.startswith("file://"):
-        Path(backend.removeprefix("file://")).mkdir(parents=True, exist_ok=True)
+        Path(backend.removeprefix("file://")).expanduser().mkdir(parents=True, exist_ok=True)
     home = pulumi_home(state_dir(), provider, provider_version)
-    # the project's folder keeps Pulumi.<stack>.yaml, whose encryptionsalt checks the passphrase
-    work_dir = state_dir() / "project"
+    # the project's folder keeps Pulumi.<stack>.yaml, whose encryptionsalt checks the passphrase:
+    # one per backend (another backend's stack of the same name has its own salt)
+    work_dir = state_dir() / "project" / hashlib.sha256(backend.encode()).hexdigest()[:12]
     work_dir.mkdir(parents=True, exist_ok=True)
 
     def pulumi_program() -> None:
         import pulumi_kubernetes as k8s
 
         cluster = k8s.Provider("cluster", kubeconfig=str(kubeconfig), enable_server_side_apply=True)
-        program.ml_layer(objects, cluster, training)
+        program.ml_layer(objects, cluster, training, submission)
 
     workspace = auto.LocalWorkspace(
         work_dir=str(work_dir),
@@ -304,9 +358,11 @@ def run(args: argparse.Namespace) -> int:
                 f"no stack {args.environment} in {backend}: nothing to destroy"
             ) from None
         stack = None  # made below, once the checks pass: a refused run writes no state
+    deployment = (stack.export_stack().deployment or {}) if stack else {}
     if args.action != "destroy":
-        in_state = managed_in_state(stack.export_stack().deployment or {}) if stack else set()
-        taken = conflicts(objects, live_objects(kubectl, kubeconfig, objects), in_state)
+        owned = owned_in_state(deployment)
+        live = live_objects(kubectl, kubeconfig, objects)
+        taken = conflicts(objects, live, owned)
         if taken:
             raise SetupError(
                 f"{len(taken)} object(s) of overlays/{args.environment} exist and are not this "
@@ -314,7 +370,16 @@ def run(args: argparse.Namespace) -> int:
                 "(kubectl delete -k overlays/<env>, or the Argo CD Application) or keep deploying "
                 "with the tool that owns them"
             )
-    stack = stack or auto.Stack.create(args.environment, workspace)
+        gone = missing(objects, live, owned)
+        if gone and not args.refresh:
+            raise SetupError(
+                f"{'; '.join(gone)}: in the stack's state but not live (deleted out of band?); "
+                "Pulumi compares with its state, so run with --refresh to read the cluster first"
+            )
+    if stack is None:
+        stack = auto.Stack.create(args.environment, workspace)
+    else:
+        keep_salt(workspace, args.environment, deployment)
     common = {"on_output": print, "color": "never"}
     if args.action == "up":
         result = stack.up(refresh=args.refresh, **common)
@@ -325,7 +390,7 @@ def run(args: argparse.Namespace) -> int:
         result = stack.preview(refresh=args.refresh, **common)
         print(f"preview: {json.dumps(result.change_summary, sort_keys=True)}")
     else:
-        result = stack.destroy(**common)
+        result = stack.destroy(refresh=args.refresh, **common)
         print(f"destroy: {json.dumps(result.summary.resource_changes or {}, sort_keys=True)}")
     return 0
 
@@ -335,7 +400,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     try:
         return run(args)
-    except (SetupError, ValueError, RuntimeError) as err:
+    except (SetupError, ValueError, RuntimeError, OSError) as err:
         print(f"error: {err}", file=sys.stderr)
     except Exception as err:  # Pulumi's CommandError and kin: the CLI's own reason
         if type(err).__module__.startswith("pulumi"):

@@ -7,11 +7,13 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 if wants_help "${1:-}" || [[ $# -lt 2 ]]; then
   cat <<USAGE
 usage: scripts/pulumi.sh up|preview|destroy <overlay> [--train [-p name=value ...]] [--refresh]
-  overlay: local-k3d | gpu-cloud; the stack is named after it (project fashion-mnist).
+  overlay: $(cd "${REPO_ROOT}/overlays" && echo */ | tr -d / | sed 's/ / | /g'); the stack is named after it (project fashion-mnist).
   up        create or update the overlay's objects (what scripts/deploy.sh applies)
   preview   what up would change
   destroy   delete every object the stack created
-  --train   also submit a training run (a Workflow of the pipeline), exported as trainingRun
+  --train   also submit a training run (a Workflow of the pipeline), exported as trainingRun;
+            each up --train replaces the last run with a new one
+  --refresh read the live objects first (objects deleted behind the stack's back, the URL)
 Env: KUBECONFIG; PULUMI_CONFIG_PASSPHRASE (required with the local state); PULUMI_BACKEND_URL
 (default: a file:// backend under \$XDG_STATE_HOME/fashion-mnist-gitops/pulumi).
 USAGE

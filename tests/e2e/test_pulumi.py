@@ -14,6 +14,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import controllers
@@ -93,14 +94,19 @@ def managers(obj: dict) -> set[str]:
 
 
 @pytest.fixture(scope="module")
-def nothing_live(platform, kubectl, kubeconfig, tree) -> list[dict]:
+def nothing_live(platform, kubectl, kubeconfig, tree, env) -> Iterator[list[dict]]:
     """No object of the overlay live (an earlier module's namespace goes), and the PVC's
-    StorageClass as k3s has it (the provider's PVC await reads its binding mode); the objects."""
+    StorageClass as k3s has it (the provider's PVC await reads its binding mode); the objects.
+    Afterwards, whatever failed, nothing of the overlay is left: the stack is destroyed, and
+    the namespace deleted (what a failed destroy left)."""
     objects = rendered(tree, kubectl)
     ns = one(objects, "Namespace")["metadata"]["name"]
     kubectl("delete", "namespace", ns, "--ignore-not-found", "--timeout=300s", timeout=320)
     controllers.ensure_storage_class(kubeconfig, one(objects, "PersistentVolumeClaim"))
-    return objects
+    yield objects
+    if state_file(env).exists():
+        pulumi_sh(tree, env, "destroy", ENV, "--refresh")
+    kubectl.run("delete", "namespace", ns, "--ignore-not-found", "--timeout=300s", timeout=320)
 
 
 def test_objects_of_another_tool_are_a_conflict_and_no_state_is_written(
@@ -112,13 +118,14 @@ def test_objects_of_another_tool_are_a_conflict_and_no_state_is_written(
     kubectl("apply", "--server-side", "--field-manager=fashion-mnist-deploy", "-f", "-",
             input=yaml.safe_dump(ns))  # fmt: skip
     proc = pulumi_sh(tree, env, "up", ENV)
+    after = live(kubectl, [ns])
+    name = ns["metadata"]["name"]
+    kubectl("delete", "namespace", name, "--timeout=300s", timeout=320)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert proc.stderr.count("\n") == 1, proc.stderr
-    name = ns["metadata"]["name"]
     assert f"Namespace {name} (managed by fashion-mnist-deploy)" in proc.stderr
     assert not state_file(env).exists()
-    assert managers(live(kubectl, [ns])[0]) == {"fashion-mnist-deploy"}
-    kubectl("delete", "namespace", name, "--timeout=300s", timeout=320)
+    assert managers(after[0]) == {"fashion-mnist-deploy"}
 
 
 def test_up_creates_the_overlay_and_kserve_reconciles_it(tree, env, kubectl, nothing_live):
@@ -129,8 +136,11 @@ def test_up_creates_the_overlay_and_kserve_reconciles_it(tree, env, kubectl, not
     assert sorted((o["kind"], o["metadata"]["name"]) for o in got) == sorted(
         (o["kind"], o["metadata"]["name"]) for o in nothing_live
     )
-    for obj in got:  # applied by Pulumi's provider alone (server-side apply)
-        assert {m.split("-")[0] for m in managers(obj) if "pulumi" in m} == {"pulumi"}, obj["kind"]
+    for obj in got:  # applied by Pulumi's provider alone (server-side apply, one field manager)
+        applied = {
+            f["manager"] for f in obj["metadata"]["managedFields"] if f["operation"] == "Apply"
+        }
+        assert len(applied) == 1 and applied.pop().startswith("pulumi-kubernetes-"), obj["kind"]
     isvc = one(nothing_live, "InferenceService")["metadata"]
     assert outputs(proc) == {
         "namespace": isvc["namespace"], "inferenceService": isvc["name"],
@@ -185,6 +195,13 @@ def test_a_training_run_is_submitted_on_request_and_removed_with_it(
         wf["spec"]["workflowTemplateRef"]["name"]
         == one(nothing_live, "WorkflowTemplate")["metadata"]["name"]
     )
+    # asked again: a new run replaces it
+    again = pulumi_sh(tree, env, "up", ENV, "--train", "-p", "epochs=1")
+    assert summary(again, "up") == {"same": len(nothing_live) + 2, "replace": 1}
+    second = outputs(again)["trainingRun"]
+    assert second != run and kubectl.json("get", "workflow", second, "-n", ns)
+    assert not kubectl("get", "workflow", run, "-n", ns, "--ignore-not-found").strip()
+    run = second
     assert summary(pulumi_sh(tree, env, "up", ENV), "up") == {
         "same": len(nothing_live) + 2,
         "delete": 1,
@@ -195,6 +212,29 @@ def test_a_training_run_is_submitted_on_request_and_removed_with_it(
     )  # fmt: skip
 
 
+def test_an_object_deleted_or_recreated_out_of_band_is_said_and_refresh_recovers(
+    tree, env, kubectl, nothing_live
+):
+    """Pulumi diffs against its state: an object deleted behind its back is named (run with
+    --refresh); one recreated by another tool (another uid) is a conflict even then; deleted
+    again, ``up --refresh`` recreates it as the stack's."""
+    template = one(rendered(tree, kubectl), "WorkflowTemplate")
+    meta = template["metadata"]
+    kubectl("delete", "workflowtemplate", meta["name"], "-n", meta["namespace"])
+    proc = pulumi_sh(tree, env, "preview", ENV)
+    assert proc.returncode == 1, proc.stdout[-2000:]
+    assert "in the stack's state but not live" in proc.stderr and "--refresh" in proc.stderr
+    kubectl("apply", "--server-side", "--field-manager=fashion-mnist-deploy", "-f", "-",
+            input=yaml.safe_dump(template))  # fmt: skip
+    proc = pulumi_sh(tree, env, "up", ENV, "--refresh")
+    assert proc.returncode == 1, proc.stdout[-2000:]
+    assert "not the object this stack created; managed by fashion-mnist-deploy" in proc.stderr
+    kubectl("delete", "workflowtemplate", meta["name"], "-n", meta["namespace"])
+    assert summary(pulumi_sh(tree, env, "up", ENV, "--refresh"), "up").get("create") == 1
+    applied = {f["manager"] for f in live(kubectl, [template])[0]["metadata"]["managedFields"]}
+    assert all(m.startswith("pulumi-kubernetes-") for m in applied), applied
+
+
 @pytest.mark.parametrize(
     ("change", "message"),
     [
@@ -203,12 +243,21 @@ def test_a_training_run_is_submitted_on_request_and_removed_with_it(
             "the passphrase does not open this stack's secrets",
         ),
         ({"KUBECONFIG": "/nonexistent/kubeconfig"}, "no kubeconfig at /nonexistent/kubeconfig"),
-        ({"FMNIST_TOOLS_CACHE": "/nonexistent"}, "run scripts/tools.sh pulumi"),
+        ({"FMNIST_TOOLS_CACHE": "/nonexistent"}, "Pulumi's pulumi is not built"),
+        ({"FMNIST_TOOLS_CACHE": "CLI-ONLY"}, "Pulumi's pulumi-kubernetes is not built"),
         ({"PULUMI_CONFIG_PASSPHRASE": ""}, "set PULUMI_CONFIG_PASSPHRASE"),
     ],
-    ids=["passphrase", "kubeconfig", "provider-not-built", "no-passphrase"],
+    ids=["passphrase", "kubeconfig", "cli-not-built", "provider-not-built", "no-passphrase"],
 )
-def test_bad_setup_is_one_line_and_the_state_is_intact(tree, env, nothing_live, change, message):
+def test_bad_setup_is_one_line_and_the_state_is_intact(
+    tree, env, nothing_live, change, message, tmp_path
+):
+    if change.get("FMNIST_TOOLS_CACHE") == "CLI-ONLY":  # a cache holding the CLI alone
+        cli = Path(subprocess.check_output([str(tree / "scripts" / "tools.sh"), "--bin-dir",
+                                            "pulumi"], text=True).strip()).parent  # fmt: skip
+        (tmp_path / "cache").mkdir()
+        (tmp_path / "cache" / cli.name).symlink_to(cli)
+        change = {"FMNIST_TOOLS_CACHE": str(tmp_path / "cache")}
     before = hashlib.sha256(state_file(env).read_bytes()).hexdigest()
     proc = pulumi_sh(tree, {**env, **change}, "up", ENV)
     assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr

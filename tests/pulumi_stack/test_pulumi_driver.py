@@ -114,34 +114,62 @@ def test_a_cluster_that_does_not_answer_is_one_line(tmp_path):
     assert "\n" not in str(err.value)
 
 
-def _obj(kind: str, name: str, ns: str = "fashion-mnist", managers=()) -> dict:
-    api = {"Namespace": "v1", "InferenceService": "serving.kserve.io/v1beta1"}[kind]
+def _obj(kind: str, name: str, ns: str = "fashion-mnist", managers=(), uid="", api="") -> dict:
+    api = api or {"Namespace": "v1", "InferenceService": "serving.kserve.io/v1beta1"}[kind]
     meta = {"name": name, **({"namespace": ns} if kind != "Namespace" else {})}
     if managers:
         meta["managedFields"] = [{"manager": m, "operation": "Apply"} for m in managers]
+    if uid:
+        meta["uid"] = uid
     return {"apiVersion": api, "kind": kind, "metadata": meta}
+
+
+STATE = {"resources": [
+    {"type": "pulumi:pulumi:Stack", "urn": "s"},
+    {"type": "pulumi:providers:kubernetes", "id": "x"},
+    {"type": "kubernetes:core/v1:Namespace", "id": "fashion-mnist",
+     "outputs": {"metadata": {"uid": "ns-1"}}},
+    {"type": "kubernetes:serving.kserve.io/v1beta1:InferenceService",
+     "id": "fashion-mnist/fashion-mnist", "outputs": {"metadata": {"uid": "isvc-1"}}},
+]}  # fmt: skip
 
 
 def test_live_objects_outside_the_stack_are_a_conflict_naming_their_managers():
     objects = [_obj("Namespace", "fashion-mnist"), _obj("InferenceService", "fashion-mnist")]
     live = [
-        _obj("Namespace", "fashion-mnist", managers=["fashion-mnist-deploy"]),
-        _obj("InferenceService", "fashion-mnist", managers=["argocd-controller", "serve"]),
+        _obj("Namespace", "fashion-mnist", managers=["fashion-mnist-deploy"], uid="ns-1"),
+        _obj("InferenceService", "fashion-mnist", managers=["argocd-controller", "serve"],
+             uid="isvc-1"),
     ]  # fmt: skip
-    assert deploy.conflicts(objects, live, set()) == [
+    assert deploy.conflicts(objects, live, {}) == [
         "Namespace fashion-mnist (managed by fashion-mnist-deploy)",
         "InferenceService fashion-mnist/fashion-mnist (managed by argocd-controller, serve)",
     ]
-    # what the stack's state holds is its own, however many managers share it since
-    state = deploy.managed_in_state({"resources": [
-        {"type": "pulumi:pulumi:Stack", "urn": "s"},
-        {"type": "pulumi:providers:kubernetes", "id": "x"},
-        {"type": "kubernetes:core/v1:Namespace", "id": "fashion-mnist"},
-        {"type": "kubernetes:serving.kserve.io/v1beta1:InferenceService",
-         "id": "fashion-mnist/fashion-mnist"},
-    ]})  # fmt: skip
-    assert deploy.conflicts(objects, live, state) == []
-    assert deploy.conflicts(objects, [], set()) == []  # nothing live: nothing taken
+    # what the stack created is its own, however many managers share it since
+    owned = deploy.owned_in_state(STATE)
+    assert owned == {
+        ("core", "Namespace", "fashion-mnist"): "ns-1",
+        ("serving.kserve.io", "InferenceService", "fashion-mnist/fashion-mnist"): "isvc-1",
+    }
+    assert deploy.conflicts(objects, live, owned) == []
+    assert deploy.conflicts(objects, [], {}) == []  # nothing live: nothing taken
+    # the overlay moving an object to another version of its group keeps it the stack's
+    moved = [_obj("InferenceService", "fashion-mnist", api="serving.kserve.io/v1")]
+    assert deploy.conflicts(moved, live[1:], owned) == []
+
+
+def test_an_object_recreated_by_another_tool_or_deleted_out_of_band_is_not_the_stacks():
+    objects = [_obj("Namespace", "fashion-mnist"), _obj("InferenceService", "fashion-mnist")]
+    owned = deploy.owned_in_state(STATE)
+    recreated = [_obj("Namespace", "fashion-mnist", managers=["argocd-controller"], uid="ns-2")]
+    assert deploy.conflicts(objects, recreated, owned) == [
+        "Namespace fashion-mnist (not the object this stack created; managed by argocd-controller)"
+    ]
+    # the InferenceService is in the state, not live: only a refresh sees it gone
+    assert deploy.missing(objects, recreated, owned) == [
+        "InferenceService fashion-mnist/fashion-mnist"
+    ]
+    assert deploy.missing(objects, [], {}) == []
 
 
 def test_a_failed_run_is_told_by_its_first_resource_error():

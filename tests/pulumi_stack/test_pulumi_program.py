@@ -101,7 +101,7 @@ def test_the_exports_name_the_serving_and_training_objects(recorder, rendered):
 def test_a_training_run_is_a_workflow_of_the_pipeline_after_the_layer(recorder):
     objects = program.render("local-k3d", KUBECTL)
     provider = pulumi.ProviderResource("kubernetes", "cluster", {})
-    exports = run(objects, provider, {"epochs": "1", "workers": "2"})
+    exports = run(objects, provider, {"epochs": "1", "workers": "2"}, "2026-12-05T00:00:00+00:00")
     runs = [
         r for r in kube_objects(recorder) if r.typ == "kubernetes:argoproj.io/v1alpha1:Workflow"
     ]
@@ -113,6 +113,9 @@ def test_a_training_run_is_a_workflow_of_the_pipeline_after_the_layer(recorder):
         {"name": "epochs", "value": "1"}, {"name": "workers", "value": "2"},
     ]  # fmt: skip
     assert "name" not in runs[0].inputs["metadata"]  # the provider names it
+    assert runs[0].inputs["metadata"]["annotations"] == {
+        program.SUBMISSION: "2026-12-05T00:00:00+00:00"
+    }
     assert exports["trainingRun"] == f"{program.TRAINING_RUN}-1a2b3c4d"
     # every object goes through the explicit provider, none through a default one
     assert all(r.provider and "::cluster::" in r.provider for r in kube_objects(recorder))
