@@ -27,6 +27,8 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 PROJECT = "fashion-mnist"
 # the Workflow's logical name: Pulumi's provider names the object <this>-<8 random characters>
 TRAINING_RUN = "training-run"
+# the Workflow's annotation that makes each `up --train` a new run (its value: when it was asked)
+SUBMISSION = "fashion-mnist.example.com/submission"
 
 
 def overlay_dir(environment: str) -> Path:
@@ -90,9 +92,12 @@ class KubeObject(pulumi.CustomResource):
         super().__init__(type_token(obj), name or logical_name(obj), props, opts)
 
 
-def training_workflow(objects: list[dict], parameters: dict[str, str]) -> dict:
+def training_workflow(
+    objects: list[dict], parameters: dict[str, str], submission: str = ""
+) -> dict:
     """A Workflow of the rendered WorkflowTemplate's ``pipeline`` entrypoint, as
-    ``scripts/submit-pipeline.sh`` creates it; its name is left to the provider.
+    ``scripts/submit-pipeline.sh`` creates it; its name is left to the provider, ``submission``
+    (e.g. the time it was asked for) is its ``SUBMISSION`` annotation.
 
     Raises:
         ValueError: the overlay has no WorkflowTemplate, or a parameter it does not declare.
@@ -109,7 +114,10 @@ def training_workflow(objects: list[dict], parameters: dict[str, str]) -> dict:
     return {
         "apiVersion": "argoproj.io/v1alpha1",
         "kind": "Workflow",
-        "metadata": {"namespace": template["metadata"]["namespace"]},
+        "metadata": {
+            "namespace": template["metadata"]["namespace"],
+            "annotations": {SUBMISSION: submission},
+        },
         "spec": {
             "workflowTemplateRef": {"name": template["metadata"]["name"]},
             "entrypoint": "pipeline",
@@ -122,13 +130,15 @@ def ml_layer(
     objects: list[dict],
     provider: pulumi.ProviderResource | None = None,
     training: dict[str, str] | None = None,
+    submission: str = "",
 ) -> dict[str, pulumi.Output | str]:
     """Declare the rendered objects (``render``) and export what the stack offers.
 
     ``training``: parameters of a training run to submit with them (``training_workflow``),
-    None for none. Exports: ``namespace``, ``workflowTemplate``, ``inferenceService``,
-    ``inferenceServiceUrl`` (the InferenceService's ``status.url`` when KServe has set it,
-    else ""), and with a run ``trainingRun`` (the Workflow's name).
+    None for none; a run is replaced (a new one) when its parameters or ``submission`` change.
+    Exports: ``namespace``, ``workflowTemplate``, ``inferenceService``, ``inferenceServiceUrl``
+    (the InferenceService's ``status.url`` when KServe has set it, else ""), and with a run
+    ``trainingRun`` (the Workflow's name).
     """
     opts = pulumi.ResourceOptions(provider=provider)
     made = {}
@@ -143,16 +153,16 @@ def ml_layer(
         "inferenceServiceUrl": isvc.status.apply(lambda s: (s or {}).get("url") or ""),
     }
     if training is not None:
-        # other parameters are another run: replaced (deleted, then created), not patched
-        # (Argo does not rerun a Workflow whose spec changes)
+        # another submission or other parameters are another run: replaced (deleted, then
+        # created), never patched (Argo does not rerun a Workflow whose spec changes)
         run = KubeObject(
-            training_workflow(objects, training),
+            training_workflow(objects, training, submission),
             pulumi.ResourceOptions(
                 provider=provider,
                 depends_on=list(made.values()),
-                replace_on_changes=["spec"],
+                replace_on_changes=["*"],
                 delete_before_replace=True,
-            ),  # fmt: skip
+            ),
             name=TRAINING_RUN,
         )
         exports["trainingRun"] = run.metadata.apply(lambda m: m["name"])
