@@ -180,6 +180,21 @@ def owned_in_state(deployment: dict) -> dict[tuple[str, str, str], str]:
     return owned
 
 
+def state_objects(deployment: dict) -> list[dict]:
+    """The Kubernetes objects a stack's exported state holds, as ``apiVersion``, ``kind`` and
+    ``metadata`` (name, namespace) from their outputs: what ``destroy`` would delete."""
+    out = []
+    for r in deployment.get("resources") or []:
+        outputs = r.get("outputs") or {}
+        if r["type"] in STACK_TYPES or not r["type"].startswith("kubernetes:"):
+            continue
+        if not outputs.get("apiVersion") or not (outputs.get("metadata") or {}).get("name"):
+            continue
+        meta = {k: v for k, v in outputs["metadata"].items() if k in ("name", "namespace")}
+        out.append({"apiVersion": outputs["apiVersion"], "kind": outputs["kind"], "metadata": meta})
+    return out
+
+
 def _managers(obj: dict) -> str:
     found = sorted({f["manager"] for f in obj["metadata"].get("managedFields") or []})
     return ", ".join(found) or "unknown"
@@ -359,8 +374,16 @@ def run(args: argparse.Namespace) -> int:
             ) from None
         stack = None  # made below, once the checks pass: a refused run writes no state
     deployment = (stack.export_stack().deployment or {}) if stack else {}
-    if args.action != "destroy":
-        owned = owned_in_state(deployment)
+    owned = owned_in_state(deployment)
+    if args.action == "destroy":  # what the state holds: is each still the object it created?
+        created = state_objects(deployment)
+        taken = conflicts(created, live_objects(kubectl, kubeconfig, created), owned)
+        if taken:
+            raise SetupError(
+                f"{'; '.join(taken)}: destroy would delete another tool's object of the same "
+                "name; delete it yourself or remove it from the state (pulumi state delete)"
+            )
+    else:
         live = live_objects(kubectl, kubeconfig, objects)
         taken = conflicts(objects, live, owned)
         if taken:

@@ -12,10 +12,12 @@ usage: scripts/pulumi.sh up|preview|destroy <overlay> [--train [-p name=value ..
   preview   what up would change
   destroy   delete every object the stack created
   --train   also submit a training run (a Workflow of the pipeline), exported as trainingRun;
-            each up --train replaces the last run with a new one
+            each up --train replaces the last run with a new one; a later up without
+            --train deletes it, even while it runs
   --refresh read the live objects first (objects deleted behind the stack's back, the URL)
-Env: KUBECONFIG; PULUMI_CONFIG_PASSPHRASE (required with the local state); PULUMI_BACKEND_URL
-(default: a file:// backend under \$XDG_STATE_HOME/fashion-mnist-gitops/pulumi).
+Env: KUBECONFIG (its first file); PULUMI_CONFIG_PASSPHRASE or PULUMI_CONFIG_PASSPHRASE_FILE
+(required with a file:// backend); PULUMI_BACKEND_URL (default: a file:// backend under
+\$XDG_STATE_HOME/fashion-mnist-gitops/pulumi).
 USAGE
   wants_help "${1:-}" && exit 0
   exit 2

@@ -25,7 +25,8 @@ tool_module_version() {
   echo "$pseudo"
 }
 tool_local_replace() { # sdk/v4 => ../sdk: the tagged sdk module of the same release
-  [[ "$1" == github.com/pulumi/pulumi-kubernetes/sdk/v4 ]] || return 1
+  [[ "$1" == github.com/pulumi/pulumi-kubernetes/sdk/v4 ]] \
+    || { echo "pulumi-kubernetes.sh: upstream has a local replace of $1 this recipe does not know" >&2; return 1; }
   pinned_tag
 }
 TOOL_GENERATED=(

@@ -12,7 +12,8 @@ TOOL_MODULE=github.com/pulumi/pulumi/pkg/v3
 TOOL_PACKAGES=(github.com/pulumi/pulumi/pkg/v3/cmd/pulumi)
 TOOL_TAGS=osusergo,grpcnotrace
 tool_local_replace() { # sdk/v3 => ../sdk: the sdk module of the same release
-  [[ "$1" == github.com/pulumi/pulumi/sdk/v3 ]] || return 1
+  [[ "$1" == github.com/pulumi/pulumi/sdk/v3 ]] \
+    || { echo "pulumi.sh: upstream has a local replace of $1 this recipe does not know" >&2; return 1; }
   echo "$MODULE_VERSION"
 }
 # The Automation API reads the CLI's version (`pulumi version`) and refuses one below its minimum:

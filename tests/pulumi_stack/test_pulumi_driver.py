@@ -3,6 +3,7 @@ writes anything, with its one line. The real runs: tests/e2e/test_pulumi.py."""
 
 from __future__ import annotations
 
+import copy
 import importlib.metadata
 import re
 import subprocess
@@ -69,9 +70,8 @@ def test_the_project_is_named_once():
     spec = yaml.safe_load((REPO_ROOT / "pulumi" / "Pulumi.yaml").read_text())
     assert spec["name"] == program.PROJECT
     assert spec["runtime"]["name"] == "python"
-    assert (REPO_ROOT / "pulumi" / spec["runtime"]["options"]["virtualenv"]).resolve() == (
-        REPO_ROOT / ".venv"
-    )
+    venv = REPO_ROOT / "pulumi" / spec["runtime"]["options"]["virtualenv"]
+    assert venv.resolve() == (REPO_ROOT / ".venv").resolve()
 
 
 def test_an_unbuilt_cli_or_provider_names_the_command_that_builds_it(tmp_path, monkeypatch):
@@ -170,6 +170,25 @@ def test_an_object_recreated_by_another_tool_or_deleted_out_of_band_is_not_the_s
         "InferenceService fashion-mnist/fashion-mnist"
     ]
     assert deploy.missing(objects, [], {}) == []
+
+
+def test_destroy_checks_the_objects_the_state_holds():
+    """``destroy`` deletes by name what the state holds: the objects it checks first."""
+    state = copy.deepcopy(STATE)
+    state["resources"].append({"type": "kubernetes:core/v1:Namespace", "id": "x"})  # no outputs
+    for r in state["resources"][2:4]:
+        kind = r["type"].rpartition(":")[2]
+        name = r["id"].rpartition("/")[2]
+        api = {"Namespace": "v1"}.get(kind, "serving.kserve.io/v1beta1")
+        r["outputs"] = {**r["outputs"], "apiVersion": api, "kind": kind}
+        r["outputs"]["metadata"] = {**r["outputs"]["metadata"], "name": name}
+        if "/" in r["id"]:
+            r["outputs"]["metadata"]["namespace"] = r["id"].partition("/")[0]
+    assert deploy.state_objects(state) == [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "fashion-mnist"}},
+        {"apiVersion": "serving.kserve.io/v1beta1", "kind": "InferenceService",
+         "metadata": {"name": "fashion-mnist", "namespace": "fashion-mnist"}},
+    ]  # fmt: skip
 
 
 def test_a_failed_run_is_told_by_its_first_resource_error():
