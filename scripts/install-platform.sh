@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Install the platform layer in dependency order: cert-manager -> Knative Serving + Kourier ->
+# Install the platform layer in dependency order: cert-manager -> Knative Serving -> Traefik (its
+# ingress) ->
 # Knative's settings (base/platform/knative-config, and config-domain derived from KServe's
 # ingressDomain) -> KServe (+ runtimes) -> Kubeflow training operator -> Argo Workflows. Each
 # part goes in three steps, so it is safe on a fresh cluster: (1) its CRDs, waited for until
@@ -18,24 +19,27 @@ if wants_help "${1:-}"; then
   cat <<USAGE
 usage: scripts/install-platform.sh [--render DIR]
 Installs cert-manager ${CERT_MANAGER_VERSION}, Knative Serving ${KNATIVE_SERVING_VERSION} with
-Kourier ${KNATIVE_NET_KOURIER_VERSION}, KServe ${KSERVE_VERSION}, the Kubeflow training operator
+Traefik ${TRAEFIK_VERSION} as its ingress, KServe ${KSERVE_VERSION}, the Kubeflow training operator
 ${TRAINING_OPERATOR_VERSION} and Argo Workflows ${ARGO_WORKFLOWS_VERSION} into the cluster of the
 current kubectl context (KUBECONFIG is honoured), and waits for them. Re-running is safe.
   --render DIR  only render what would be applied, into DIR/<part>/{all,crds,objects,deploys,crs}.yaml
                 (no cluster needed)
 Env: UPSTREAM_MIRROR_DIR   read the release manifests from this offline mirror (e.g.
                            ../shared/upstream; make sets it from MIRROR_DIR). The mirror holds
-                           only the CRDs of cert-manager and Knative Serving: in mirror mode
-                           those two are installed as CRDs only (their controllers need
-                           container images); KServe, the training operator and Argo Workflows
-                           are installed in full.
+                           only the CRDs of cert-manager: in mirror mode it is installed as
+                           CRDs only (its controllers need container images). Knative Serving
+                           too, unless the mirror also holds its serving-core
+                           (knative-serving-core-<version>.yaml; the e2e renders one from the
+                           release's module); then Knative and Traefik are installed in full.
+                           KServe, the training operator and Argo Workflows are installed in
+                           full.
      PLATFORM_TIMEOUT      seconds to wait for each step, and for each Deployment's
                            rollout (default 300)
      PLATFORM_LAYER_DIR    a directory of kustomize layers, one per part: <part>/kustomization.yaml
                            with \`resources: [rendered.yaml]\` (the part as rendered) and the
                            patches a cluster needs over the pinned install (an air-gapped
-                           cluster's imagePullPolicy, say). Parts: cert-manager, knative-crds
-                           (online), knative, kourier (online), knative-config (its
+                           cluster's imagePullPolicy, say). Parts: cert-manager, knative-crds,
+                           knative (serving-core), traefik, knative-config (its
                            config-domain is appended after the layer), kserve,
                            kserve-runtimes, training-operator, argo-workflows. The e2e's:
                            tests/e2e/platform-layer
@@ -53,7 +57,7 @@ fi
 MIRROR="${UPSTREAM_MIRROR_DIR:-}"
 LAYER="${PLATFORM_LAYER_DIR:-}"
 # the parts (render's NAME), in both modes; a layer's directories must name some of them
-PARTS=(cert-manager knative-crds knative kourier knative-config kserve kserve-runtimes
+PARTS=(cert-manager knative-crds knative traefik knative-config kserve kserve-runtimes
   training-operator argo-workflows)
 if [[ -n "${LAYER}" ]]; then
   [[ -d "${LAYER}" ]] || die "PLATFORM_LAYER_DIR=${LAYER} is not a directory"
@@ -81,7 +85,6 @@ fi
 GH=https://github.com
 CERT_MANAGER_URL="${GH}/cert-manager/cert-manager/releases/download/${CERT_MANAGER_VERSION}/cert-manager.yaml"
 KN_URL="${GH}/knative/serving/releases/download/knative-${KNATIVE_SERVING_VERSION}"
-KOURIER_URL="${GH}/knative-extensions/net-kourier/releases/download/knative-${KNATIVE_NET_KOURIER_VERSION}/kourier.yaml"
 
 k() { "${KUBECTL}" "$@"; }
 # FIELD_MANAGER: the server-side apply owner (default kubectl's own); settings applied over an
@@ -258,25 +261,33 @@ install cert-manager
 render kserve "${REPO_ROOT}/base/platform/kserve"
 INGRESS_DOMAIN="$(ingress_domain "${WORK}/kserve/all.yaml")"
 knative_domain "${INGRESS_DOMAIN}" > "${WORK}/config-domain.yaml"
+KN_CRDS="${KN_URL}/serving-crds.yaml" KN_CORE="${KN_URL}/serving-core.yaml"
 if [[ -n "${MIRROR}" ]]; then
-  log "Knative Serving ${KNATIVE_SERVING_VERSION}: CRDs only (mirror mode: serving-core and Kourier are not mirrored; they need container images)"
-  render knative "${MIRROR}/knative-serving-crds-${KNATIVE_SERVING_VERSION}.yaml"
+  KN_CRDS="${MIRROR}/knative-serving-crds-${KNATIVE_SERVING_VERSION}.yaml"
+  KN_CORE="${MIRROR}/knative-serving-core-${KNATIVE_SERVING_VERSION}.yaml"
+  [[ -f "${KN_CORE}" ]] || KN_CORE=""
+fi
+log "Knative Serving ${KNATIVE_SERVING_VERSION}: CRDs"
+render knative-crds "${KN_CRDS}"
+install knative-crds
+if [[ -n "${KN_CORE}" ]]; then
+  log "Knative Serving ${KNATIVE_SERVING_VERSION}: serving-core"
+  render knative "${KN_CORE}"
   install knative
 else
-  log "Knative Serving ${KNATIVE_SERVING_VERSION} + Kourier ${KNATIVE_NET_KOURIER_VERSION}"
-  render knative-crds "${KN_URL}/serving-crds.yaml"
-  install knative-crds
-  render knative "${KN_URL}/serving-core.yaml"
-  install knative
-  render kourier "${KOURIER_URL}"
-  install kourier
+  log "Knative Serving ${KNATIVE_SERVING_VERSION}: CRDs only, no Traefik (mirror mode: the mirror holds no knative-serving-core-${KNATIVE_SERVING_VERSION}.yaml)"
 fi
 # Knative's settings (base/platform/knative-config) and its domain, in both modes. Knative's
 # webhook validates these ConfigMaps (failurePolicy Fail): applied once its Deployment is
 # Available, retried until it answers; a field manager of their own keeps upstream's keys.
-log "Knative settings: Kourier ingress, pod-spec features, domain ${INGRESS_DOMAIN} (KServe's ingressDomain)"
+log "Knative settings: Traefik ingress, pod-spec features, domain ${INGRESS_DOMAIN} (KServe's ingressDomain)"
 render knative-config "${REPO_ROOT}/base/platform/knative-config" "${WORK}/config-domain.yaml"
 FIELD_MANAGER=fashion-mnist-platform install knative-config
+if [[ -n "${KN_CORE}" ]]; then
+  log "Traefik ${TRAEFIK_VERSION}: Knative's ingress"
+  render traefik "${REPO_ROOT}/base/platform/traefik"
+  install traefik
+fi
 
 log "KServe ${KSERVE_VERSION}"
 install kserve

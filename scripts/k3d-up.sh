@@ -8,7 +8,7 @@ if wants_help "${1:-}"; then
   cat <<USAGE
 usage: scripts/k3d-up.sh
 Creates k3d cluster '${CLUSTER_NAME}' (image ${K3S_IMAGE}, k3d ${K3D_VERSION}) if missing;
-idempotent. Ports: 8080 -> Kourier ingress (80). Env: CLUSTER_NAME.
+idempotent. Ports: 8080 -> Traefik, Knative's ingress (80). Env: CLUSTER_NAME.
 USAGE
   exit 0
 fi
@@ -22,7 +22,8 @@ if k3d cluster list -o json | grep -q "\"name\":\"${CLUSTER_NAME}\""; then
   k3d cluster start "${CLUSTER_NAME}"
 else
   log "creating cluster ${CLUSTER_NAME} (${K3S_IMAGE})"
-  # traefik off: Knative uses Kourier as its ingress
+  # k3s's bundled Traefik off: it has no Knative provider (k3s 1.34 bundles Traefik 3.5);
+  # scripts/install-platform.sh installs the pinned one (base/platform/traefik)
   k3d cluster create "${CLUSTER_NAME}" --image "${K3S_IMAGE}" --servers 1 --agents 0 \
     --port "8080:80@loadbalancer" --k3s-arg "--disable=traefik@server:0" --wait
 fi

@@ -154,6 +154,17 @@ def test_dockerfile_base_image_matches_versions_env():
     assert "USER 1000:1000" in text and "TF_USE_LEGACY_KERAS=1" in text
 
 
+def test_traefik_image_is_the_pinned_release():
+    """base/platform/traefik's image tag (kustomize cannot read versions.env) is TRAEFIK_VERSION,
+    the release hack/tools/traefik.sh builds for the e2e."""
+    import yaml
+
+    kust = yaml.safe_load((ROOT / "base/platform/traefik/kustomization.yaml").read_text())
+    (image,) = kust["images"]
+    assert (image["name"], image["newName"]) == ("traefik", "docker.io/library/traefik")
+    assert image["newTag"] == VERSIONS["TRAEFIK_VERSION"]
+
+
 @pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.name)
 def test_script_is_valid_bash(script):
     subprocess.run(["bash", "-n", str(script)], check=True)
@@ -207,10 +218,7 @@ def expected_version_rows() -> dict[str, list[str]]:
         "Python / Go": [python, tag["PYTHON_BASE_IMAGE"], go],
         "k3d / k3s": [env["K3D_VERSION"], tag["K3S_IMAGE"]],
         "cert-manager": [env["CERT_MANAGER_VERSION"]],
-        "Knative Serving / net-kourier": [
-            env["KNATIVE_SERVING_VERSION"],
-            env["KNATIVE_NET_KOURIER_VERSION"],
-        ],
+        "Knative Serving / Traefik": [env["KNATIVE_SERVING_VERSION"], env["TRAEFIK_VERSION"]],
         "KServe": [url["KSERVE_VERSION"], env["KUBE_RBAC_PROXY_VERSION"]],
         "Kubeflow training operator": [url["TRAINING_OPERATOR_VERSION"]],
         "Argo Workflows": [url["ARGO_WORKFLOWS_VERSION"], env["ARGO_WORKFLOWS_E2E_VERSION"]],

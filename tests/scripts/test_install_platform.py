@@ -1,8 +1,8 @@
 """scripts/install-platform.sh --render: what it would apply to Knative, offline (no cluster).
 
 Knative's ``config-domain`` is derived from KServe's ``ingressDomain`` (the one place the domain
-is set): without it Knative >= 1.8 makes every route cluster-local, and Kourier's external
-listener serves none (404). The applied objects are checked by tests/e2e/test_platform.py.
+is set): without it Knative >= 1.8 makes every route cluster-local, and Traefik's public
+entry point serves none (404). The applied objects are checked by tests/e2e/test_platform.py.
 """
 
 from __future__ import annotations
@@ -58,13 +58,62 @@ def test_knative_domain_is_kserve_ingress_domain(rendered):
     assert objs[("ConfigMap", "config-domain")]["metadata"]["namespace"] == "knative-serving"
 
 
-def test_kourier_and_pod_spec_features_are_rendered_in_mirror_mode_too(rendered):
+def test_traefik_and_pod_spec_features_are_rendered_in_mirror_mode_too(rendered):
     objs = _docs(rendered / "knative-config" / "objects.yaml")
     net = objs[("ConfigMap", "config-network")]["data"]
-    assert net == {"ingress-class": "kourier.ingress.networking.knative.dev"}
+    assert net == {"ingress-class": "traefik.ingress.networking.knative.dev"}
     features = objs[("ConfigMap", "config-features")]["data"]
     assert features["kubernetes.podspec-persistent-volume-claim"] == "enabled"  # pvc://
     assert set(features.values()) == {"enabled"}
+
+
+def test_knative_serving_core_and_traefik_only_where_the_mirror_holds_serving_core(
+    rendered, tmp_path
+):
+    """Mirror mode: ../shared holds Knative's CRDs only, and so the script installs them only (no
+    serving-core, no Traefik: nothing could route). A mirror that also holds
+    knative-serving-core-<version>.yaml (the e2e renders one) gets Knative's Deployments and
+    then Traefik, its provider pointed at the public and private Services it installs (without
+    both, Knative's Routes never get an address)."""
+    assert (rendered / "knative-crds" / "crds.yaml").stat().st_size > 0
+    assert not (rendered / "knative").exists() and not (rendered / "traefik").exists()
+    versions = dict(
+        line.split("=", 1) for line in (REPO / "versions.env").read_text().splitlines()
+        if "=" in line and not line.startswith("#")
+    )  # fmt: skip
+    mirror = tmp_path / "mirror"
+    mirror.mkdir()
+    for f in Path(os.environ["UPSTREAM_MIRROR_DIR"]).iterdir():
+        (mirror / f.name).symlink_to(f.resolve())
+    deploy = {
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "controller", "namespace": "knative-serving"},
+        "spec": {"selector": {"matchLabels": {"app": "c"}}, "template": {
+            "metadata": {"labels": {"app": "c"}},
+            "spec": {"containers": [{"name": "c", "image": "ko.local/c:v1"}]}}},
+    }  # fmt: skip
+    core = mirror / f"knative-serving-core-{versions['KNATIVE_SERVING_VERSION']}.yaml"
+    core.write_text(yaml.safe_dump(deploy))
+    out = tmp_path / "out"
+    proc = subprocess.run(
+        ["bash", str(REPO / "scripts" / "install-platform.sh"), "--render", str(out)],
+        env={**os.environ, "UPSTREAM_MIRROR_DIR": str(mirror)},
+        capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert ("Deployment", "controller") in _docs(out / "knative" / "deploys.yaml")
+    traefik = _docs(out / "traefik" / "all.yaml")
+    (container,) = traefik[("Deployment", "traefik")]["spec"]["template"]["spec"]["containers"]
+    assert container["image"] == f"docker.io/library/traefik:{versions['TRAEFIK_VERSION']}"
+    flags = dict(a.removeprefix("--").split("=", 1) for a in container["args"])
+    assert flags["experimental.knative"] == "true"
+    ports = {p["name"] for p in container["ports"]}
+    for side, entry in (("public", "web"), ("private", "web-internal")):
+        assert flags[f"providers.knative.{side}Entrypoints"] == entry
+        name = flags[f"providers.knative.{side}Service.name"]
+        svc = traefik[("Service", name)]
+        assert svc["metadata"]["namespace"] == flags[f"providers.knative.{side}Service.namespace"]
+        assert [p["targetPort"] for p in svc["spec"]["ports"]] == [entry] and entry in ports
 
 
 def test_knative_domain_follows_a_changed_ingress_domain(tmp_path):
