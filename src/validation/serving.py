@@ -243,3 +243,77 @@ def inference_service_autoscaling(ctx: Context) -> Iterator[Hit]:
                 if spec.get("deploymentStrategy"):
                     msg = f"{mode_text}: deploymentStrategy is Standard mode's only"
                     yield o, f"spec.{comp}.deploymentStrategy", msg
+
+
+#: The KIngress class Traefik's Knative provider serves (traefik pkg/provider/kubernetes/knative:
+#: ``traefik.ingress.networking.knative.dev``), the class base/platform/knative-config sets.
+TRAEFIK_KNATIVE_CLASS = "traefik.ingress.networking.knative.dev"
+
+
+def _flags(container: dict) -> dict[str, str]:
+    """``--key=value`` (or a bare ``--key``: ``"true"``) arguments of a container, by key."""
+    out = {}
+    for arg in container.get("args") or []:
+        if isinstance(arg, str) and arg.startswith("--"):
+            key, _, value = arg[2:].partition("=")
+            out[key] = value or "true"
+    return out
+
+
+def _knative_traefiks(objs) -> list[tuple[object, dict]]:
+    """(Deployment, flags) of each container that runs Traefik's Knative provider."""
+    found = []
+    for o in objs:
+        for c in dig(o.doc, "spec", "template", "spec", "containers", default=[]) or []:
+            if (flags := _flags(c)).get("providers.knative") == "true":
+                found.append((o, {**flags, "_ports": {p.get("name") for p in c.get("ports", [])}}))
+    return found
+
+
+@check("knative-ingress")
+def knative_ingress(ctx: Context) -> Iterator[Hit]:
+    """Knative's ingress class is served: config-network's ``ingress-class`` is Traefik's, and a
+    Deployment runs Traefik's Knative provider (rendered anywhere); that provider has the
+    experimental flag it refuses to start without, and public and private entry points each
+    behind the rendered Service the flags name, whose port targets that entry point (without
+    the private one Traefik drops cluster-local routes, such as message-dumper's; without the
+    Services Knative's Routes get no address)."""
+    for cm in ctx.kinds("ConfigMap"):
+        if (cm.namespace, cm.name) != ("knative-serving", "config-network"):
+            continue
+        cls = dig(cm.doc, "data", "ingress-class")
+        if cls != TRAEFIK_KNATIVE_CLASS:
+            yield (
+                cm,
+                "data.ingress-class",
+                (
+                    f"{cls!r}: the platform's ingress is Traefik (base/platform/traefik), whose"
+                    f" Knative provider serves {TRAEFIK_KNATIVE_CLASS!r} only"
+                ),
+            )
+        elif not _knative_traefiks(ctx.everywhere("Deployment")) and len(ctx.rendered) > 1:
+            yield cm, "data.ingress-class", "no rendered Deployment runs Traefik's Knative provider"
+    services = {(o.namespace, o.name): o for o in ctx.everywhere("Service")}
+    for o, flags in _knative_traefiks(ctx.kinds("Deployment")):
+        field = "spec.template.spec.containers[].args"
+        if flags.get("experimental.knative") != "true":
+            yield o, field, "--experimental.knative is required by Traefik's Knative provider"
+        for side in ("public", "private"):
+            entry = flags.get(f"providers.knative.{side}Entrypoints")
+            ns = flags.get(f"providers.knative.{side}Service.namespace")
+            name = flags.get(f"providers.knative.{side}Service.name")
+            if not entry or not ns or not name:
+                yield o, field, f"no {side} entry point and Service for Knative's routes"
+                continue
+            if f"entryPoints.{entry}.address" not in flags:
+                yield o, field, f"{side} entry point {entry!r} has no --entryPoints.{entry}.address"
+            svc = services.get((ns, name))
+            targets = (
+                [p.get("targetPort") for p in dig(svc.doc, "spec", "ports", default=[])]
+                if svc
+                else []
+            )
+            if svc is None:
+                yield o, field, f"{side} Service {ns}/{name} is not rendered"
+            elif entry not in targets or entry not in flags["_ports"]:
+                yield o, field, f"{side} Service {ns}/{name} does not target port {entry!r}"

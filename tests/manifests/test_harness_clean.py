@@ -27,6 +27,7 @@ TOPICS = {
         "inferenceservice-autoscaling",
         "logger-url",
         "serve-consistency",
+        "knative-ingress",
     },
     "cli_paths": {"cli-flags", "paths", "model-types"},
     "pods": {"resources", "resource-limits", "security-context", "image-tag", "probes"},

@@ -256,3 +256,52 @@ def test_autoscaling_odd_types_do_not_crash(broken):
     broken.edit(ISVC, lambda d: standard(d, scaleMetric="cpu", scaleTarget="50", maxReplicas="3"))
     findings = autoscaling_findings(broken)
     assert [f.field for f in findings] == ["spec.predictor.maxReplicas"]
+
+
+KNATIVE = ("base/platform/knative-config", "base/platform/traefik")
+NETWORK = "base/platform/knative-config/config-network.yaml"
+TRAEFIK = "base/platform/traefik/deployment.yaml"
+
+
+def traefik_args(d: dict) -> list[str]:
+    """The Traefik container's args (mutable)."""
+    return d["spec"]["template"]["spec"]["containers"][0]["args"]
+
+
+def test_knative_ingress_is_served_by_the_rendered_traefik(broken):
+    assert [f.format() for f in broken.check(*KNATIVE)] == []
+    broken.edit(
+        NETWORK,
+        lambda d: d["data"].update({"ingress-class": "kourier.ingress.networking.knative.dev"}),
+    )
+    (f,) = only(broken.check(*KNATIVE), "knative-ingress")
+    assert (f.file, f.field) == (NETWORK, "data.ingress-class")
+    assert "'kourier.ingress.networking.knative.dev'" in f.message and "Traefik" in f.message
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "text"),
+    [
+        ("--experimental.knative=true", "--log.format=json", "--experimental.knative is required"),
+        ("--providers.knative.privateService.name=traefik-internal",
+         "--providers.knative.privateService.name=traefik-private",
+         "private Service traefik/traefik-private is not rendered"),
+        ("--entryPoints.web-internal.address=:8081", "--entryPoints.internal.address=:8081",
+         "private entry point 'web-internal' has no --entryPoints.web-internal.address"),
+        ("--providers.knative.publicEntrypoints=web",
+         "--providers.knative.publicEntrypoints=web-internal",
+         "public Service traefik/traefik does not target port 'web-internal'"),
+    ],
+)  # fmt: skip
+def test_traefik_knative_provider_flags(broken, old, new, text):
+    broken.edit(TRAEFIK, lambda d: traefik_args(d).__setitem__(traefik_args(d).index(old), new))
+    (f,) = only(broken.check(*KNATIVE), "knative-ingress")
+    assert f.file == TRAEFIK and text in f.message, f.message
+
+
+def test_knative_ingress_without_traefik_rendered_is_named(broken):
+    broken.edit(TRAEFIK, lambda d: traefik_args(d).remove("--providers.knative=true"))
+    (f,) = only(broken.check(*KNATIVE), "knative-ingress")
+    assert (
+        f.file == NETWORK and "no rendered Deployment runs Traefik's Knative provider" in f.message
+    )
