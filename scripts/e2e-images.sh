@@ -45,6 +45,16 @@
 #   kube_rbac_proxy  the sidecar of kserve-controller-manager (hack/tools/kube-rbac-proxy.sh) at
 #              /usr/local/bin/kube-rbac-proxy, USER 65532, as upstream's Dockerfile; its tag must
 #              be KUBE_RBAC_PROXY_VERSION, the version built
+#   knative_controller, knative_webhook, knative_activator, knative_autoscaler, knative_queue
+#              Knative Serving's programs (hack/tools/knative-serving.sh) as `ko` builds them
+#              (/ko-app/NAME, USER 65532), named as `ko resolve --local --preserve-import-paths`
+#              names them: ko.local/knative.dev/serving/cmd/NAME:KNATIVE_SERVING_VERSION. The
+#              release pins gcr.io images by digest, which a rebuild cannot match; the e2e's
+#              serving-core (tests/e2e/controllers.py: knative_serving_core) is rendered from the
+#              release's config/core with these names, as Knative's own `ko apply` does (ko.local
+#              is in Knative's default registries-skipping-tag-resolving)
+#   traefik    Traefik (hack/tools/traefik.sh) at /usr/local/bin/traefik, USER 65532, under the
+#              name base/platform/traefik renders with
 #
 # Usage:
 #   scripts/e2e-images.sh [IMAGE...]   build what is missing from the cache (default: every
@@ -66,7 +76,8 @@ CACHE="${FMNIST_IMAGES_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/fashion-mnist-gito
 DEBIAN_MIRROR="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 BASE_REF=localhost/fmnist-python-base:3.11-bookworm
 IMAGES=(pause python ml ml_torch argoexec agent busybox event_display training_operator
-  workflow_controller argocli kserve_controller kserve_llmisvc kserve_localmodel kube_rbac_proxy)
+  workflow_controller argocli kserve_controller kserve_llmisvc kserve_localmodel kube_rbac_proxy
+  knative_controller knative_webhook knative_activator knative_autoscaler knative_queue traefik)
 ALL_IMAGES=("${IMAGES[@]}")
 # the e2e tiers that E2E_SKIP_TIERS skips (scripts/e2e-tiers.sh): their images are left out of
 # the default build, --archives and --list (the real node imports none of them)
@@ -112,6 +123,8 @@ ref_of() { # IMAGE -> the reference pods ask for (what the kubelet's CRI call na
       [[ "$r" == *":$KUBE_RBAC_PROXY_VERSION" ]] \
         || die "KServe's install runs $r, versions.env builds KUBE_RBAC_PROXY_VERSION=$KUBE_RBAC_PROXY_VERSION: make them one"
       echo "$r" ;;
+    knative_*) echo "ko.local/knative.dev/serving/cmd/${1#knative_}:$KNATIVE_SERVING_VERSION" ;;
+    traefik) platform_image traefik traefik traefik ;;
   esac
 }
 
@@ -135,6 +148,8 @@ inputs_of() { # IMAGE -> what its key hashes besides its recipe and reference
     kserve_localmodel) bin_digest kserve-localmodel ;;
     kube_rbac_proxy) bin_digest kube-rbac-proxy ;;
     event_display) bin_digest event_display ;;
+    knative_*) bin_digest "knative-${1#knative_}" ;;
+    traefik) bin_digest traefik ;;
     ml|ml_torch) # the base it is built on, and what .dockerignore lets into the build context
       archive_of python
       (cd "$ROOT" && cat Dockerfile pyproject.toml README.md \
@@ -272,6 +287,15 @@ build_kserve_localmodel() { kserve_manager "$2" kserve-localmodel; }
 build_kube_rbac_proxy() {
   scratch_image "$2" "$(tool_bin kube-rbac-proxy)" /usr/local/bin/kube-rbac-proxy "" \
     --user 65532:65532 --entrypoint '["/usr/local/bin/kube-rbac-proxy"]'
+}
+build_knative_controller() { ko_like "$2" knative-controller controller; }
+build_knative_webhook() { ko_like "$2" knative-webhook webhook; }
+build_knative_activator() { ko_like "$2" knative-activator activator; }
+build_knative_autoscaler() { ko_like "$2" knative-autoscaler autoscaler; }
+build_knative_queue() { ko_like "$2" knative-queue queue; }
+build_traefik() {
+  scratch_image "$2" "$(tool_bin traefik)" /usr/local/bin/traefik "" --user 65532:65532 \
+    --entrypoint '["/usr/local/bin/traefik"]'
 }
 
 build() {

@@ -32,12 +32,15 @@ TOOLS="$ROOT/scripts/tools.sh"
 # keeps this much.
 CORE_E2E_SECONDS=1500
 TIERS=(serving pulumi)
-# serving: KServe's predictor with its agent and message-dumper on the real node, Standard
-# mode's HPA (metrics-server) under Locust
-serving_TOOLS=(kserve-agent metrics-server event-display)
-serving_IMAGES=(agent event_display)
-serving_TESTS=(tests/e2e/test_real_serving.py)
-serving_E2E_SECONDS=360
+# serving: KServe's predictor with its agent and message-dumper on the real node, in both modes:
+# Standard mode's HPA (metrics-server) under Locust, and Serverless mode: Knative Serving and
+# Traefik as pods (without this tier the platform has Knative's CRDs only: tests/e2e/
+# controllers.py serverless), scale from and to zero, `hey` and Locust through the ingress
+serving_TOOLS=(kserve-agent metrics-server event-display knative-serving traefik)
+serving_IMAGES=(agent event_display knative_controller knative_webhook knative_activator
+  knative_autoscaler knative_queue traefik)
+serving_TESTS=(tests/e2e/test_real_serving.py tests/e2e/test_serverless.py)
+serving_E2E_SECONDS=780
 # pulumi: scripts/pulumi.sh up/preview/destroy of the ML layer (pulumi/) with the CLI and the
 # Kubernetes provider built here; no image (its --train run's pods stay Pending: no volume)
 pulumi_TOOLS=(pulumi pulumi-kubernetes)

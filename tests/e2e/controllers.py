@@ -28,6 +28,7 @@ import datetime
 import ipaddress
 import json
 import os
+import re
 import signal
 import subprocess
 import threading
@@ -41,6 +42,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from e2e_kube import versions_env
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 #: The e2e's kustomize layer over the pinned installs (install-platform.sh PLATFORM_LAYER_DIR).
@@ -432,6 +434,24 @@ POD_NAMESPACES = {
     "kubeflow": ("training-operator",),
     "argo": ("workflow-controller", "argo-server"),
 }
+#: Knative Serving and its ingress, run as pods when the tier ``serving`` runs
+#: (:func:`serverless`); else install-platform.sh installs Knative's CRDs only.
+SERVERLESS_NAMESPACES = {
+    "knative-serving": ("controller", "webhook", "activator", "autoscaler"),
+    "traefik": ("traefik",),
+}
+
+
+def serverless() -> bool:
+    """Whether Knative Serving and Traefik run in this e2e: the tier ``serving`` is not in
+    $E2E_SKIP_TIERS (scripts/e2e-tiers.sh: its tools and images are then built)."""
+    return "serving" not in os.environ.get("E2E_SKIP_TIERS", "").split()
+
+
+def pod_namespaces() -> dict[str, tuple[str, ...]]:
+    """The namespaces whose controllers run as pods on the real node -> their Deployments:
+    :data:`POD_NAMESPACES`, with :data:`SERVERLESS_NAMESPACES` when :func:`serverless`."""
+    return {**POD_NAMESPACES, **(SERVERLESS_NAMESPACES if serverless() else {})}
 
 
 # --- the platform of a test session ------------------------------------------------------------
@@ -448,7 +468,7 @@ class Platform:
     certs: CertManagerStandIn
 
     def check_alive(self) -> None:
-        """Raise ControllerError when a controller pod of :data:`POD_NAMESPACES` is not
+        """Raise ControllerError when a controller pod of :func:`pod_namespaces` is not
         Running and Ready on the real node, or the stand-in has failed."""
         if bad := unready_platform_pods(self.admin):
             raise ControllerError(f"platform pods not Running and Ready: {bad}")
@@ -489,7 +509,7 @@ def run_install(admin: Path) -> subprocess.Popen:
     )
 
 
-def mirror_dir() -> Path:
+def shared_mirror_dir() -> Path:
     """The offline upstream mirror: $UPSTREAM_MIRROR_DIR, else ../shared/upstream."""
     env = os.environ.get("UPSTREAM_MIRROR_DIR")
     path = Path(env) if env else REPO_ROOT.parent / "shared" / "upstream"
@@ -500,6 +520,101 @@ def mirror_dir() -> Path:
     return path
 
 
+def mirror_dir() -> Path:
+    """The mirror install-platform.sh reads: :func:`shared_mirror_dir`, plus, when
+    :func:`serverless`, Knative Serving's serving-core (:func:`knative_serving_core`), which
+    ../shared does not mirror: a directory of links beside the e2e's cluster
+    ($FMNIST_E2E_DIR, else a temp dir), made once per process."""
+    if not serverless():
+        return shared_mirror_dir()
+    if _MIRROR.get("dir") is None:
+        import tempfile
+
+        base = os.environ.get("FMNIST_E2E_DIR") or None
+        out = Path(tempfile.mkdtemp(prefix="mirror.", dir=base))
+        for f in shared_mirror_dir().iterdir():
+            (out / f.name).symlink_to(f.resolve())
+        version = versions_env()["KNATIVE_SERVING_VERSION"]
+        (out / f"knative-serving-core-{version}.yaml").write_text(knative_serving_core())
+        _MIRROR["dir"] = out
+    return _MIRROR["dir"]
+
+
+_MIRROR: dict[str, Path | None] = {"dir": None}
+
+
+#: Files of knative/serving's config/core that are symlinks into its vendor/ (so not in the
+#: module zip, which holds no links), as upstream's tree has them -> (module, file there); the
+#: module's version is the one serving's go.mod requires.
+KNATIVE_CORE_LINKS = {
+    "configmaps/network.yaml": ("knative.dev/networking", "config/config-network.yaml"),
+    "300-resources/certificate.yaml": ("knative.dev/networking", "config/certificate.yaml"),
+    "300-resources/domain-claim.yaml": ("knative.dev/networking", "config/domain-claim.yaml"),
+    "300-resources/ingress.yaml": ("knative.dev/networking", "config/ingress.yaml"),
+    "300-resources/serverlessservice.yaml": (
+        "knative.dev/networking",
+        "config/serverlessservice.yaml",
+    ),
+    "300-resources/image.yaml": ("knative.dev/caching", "config/image.yaml"),
+}
+
+
+def knative_serving_core() -> str:
+    """Knative Serving's serving-core.yaml for versions.env's KNATIVE_SERVING_VERSION, rendered as
+    the release renders it from the module's config/core (``ko resolve -R -f config/core``, the
+    ``app.kubernetes.io/version: devel`` labels set to the release), except the images: each
+    ``ko://knative.dev/serving/cmd/NAME`` becomes the local build scripts/e2e-images.sh names
+    ``knative_NAME`` (``ko.local/...``, as ``ko resolve --local`` names it), where the release has
+    gcr.io digests that no rebuild can match. The files upstream links from vendor/
+    (:data:`KNATIVE_CORE_LINKS`) are read from the modules serving's go.mod requires. The module
+    is the one hack/tools/knative-serving.sh
+    builds (its version from ``scripts/tools.sh --list``). Raises ControllerError when the module
+    cannot be had, or a ``ko://`` reference has no image."""
+    listing = _run(["bash", str(REPO_ROOT / "scripts" / "tools.sh"), "--list"])
+    (module_version,) = [
+        ln.split()[1] for ln in listing.splitlines() if ln.split()[:1] == ["knative-serving"]
+    ]
+    info = json.loads(
+        _run(["go", "mod", "download", "-json", f"knative.dev/serving@{module_version}"])
+    )
+    images = {}
+    for line in _run(["bash", str(REPO_ROOT / "scripts" / "e2e-images.sh"), "--list"]).splitlines():
+        name, ref = line.split()[:2]
+        if name.startswith("knative_"):
+            images[f"ko://knative.dev/serving/cmd/{name.removeprefix('knative_')}"] = ref
+    release = versions_env()["KNATIVE_SERVING_VERSION"].removeprefix("v")
+    requires = dict(
+        re.findall(r"^\s*(knative\.dev/\S+) (v\S+)$", Path(info["GoMod"]).read_text(), re.M)
+    )
+    files = sorted((Path(info["Dir"]) / "config" / "core").rglob("*.yaml"))
+    for module, rel in KNATIVE_CORE_LINKS.values():
+        dep = json.loads(_run(["go", "mod", "download", "-json", f"{module}@{requires[module]}"]))
+        files.append(Path(dep["Dir"]) / rel)
+    docs = []
+    for path in files:
+        text = path.read_text().replace(
+            "app.kubernetes.io/version: devel", f'app.kubernetes.io/version: "{release}"'
+        )
+        for ko, ref in images.items():
+            text = text.replace(ko, ref)
+        if "ko://" in text:
+            raise ControllerError(
+                f"{path}: a ko:// image without a local build: {text[text.index('ko://') :][:80]}"
+            )
+        docs.append(text)
+    return "\n---\n".join(docs)
+
+
+def _run(argv: list[str]) -> str:
+    """stdout of the repository's script ``argv`` (offline: the shared mirror); raises
+    ControllerError with its stderr when it fails."""
+    env = {**os.environ, "UPSTREAM_MIRROR_DIR": str(shared_mirror_dir())}
+    proc = subprocess.run(argv, capture_output=True, text=True, check=False, cwd=REPO_ROOT, env=env)
+    if proc.returncode != 0:
+        raise ControllerError(f"{' '.join(argv)}: {proc.stderr.strip()[-2000:]}")
+    return proc.stdout
+
+
 def place_on_real_node(admin: Path) -> None:
     """Create the namespaces of :data:`POD_NAMESPACES` with the real node's placement
     annotations (real_node.placement_annotations; server-side apply under a field manager of
@@ -507,7 +622,7 @@ def place_on_real_node(admin: Path) -> None:
     node the controllers run nowhere: real_node.node_name fails (or skips, in a cluster
     started with FMNIST_E2E_REAL_NODE=0)."""
     real_node.node_name()
-    for ns in POD_NAMESPACES:
+    for ns in pod_namespaces():
         body = {
             "apiVersion": "v1",
             "kind": "Namespace",
@@ -524,7 +639,7 @@ def unready_platform_pods(admin: Path) -> list[str]:
     not Running and Ready on the real node (a Deployment without pods is named too)."""
     bad = []
     node = real_node.node_name()
-    for ns, deployments in POD_NAMESPACES.items():
+    for ns, deployments in pod_namespaces().items():
         for d in deployments:
             deploy = json.loads(kubectl(admin, "get", "deployment", d, "-n", ns, "-o", "json"))
             labels = deploy["spec"]["selector"]["matchLabels"]

@@ -3,10 +3,11 @@
 including the pod mutator, served through its Service, tests/e2e/controllers.py).
 
 Mode: **Standard** (``serving.kserve.io/deploymentMode: Standard``, the v0.20 name of
-RawDeployment), not the Knative mode the overlays use. Reason: Knative Serving's controller,
-webhook, activator and Kourier need container images and cannot run on this machine (the e2e
-installs only Knative's CRDs), so a Knative Service created by KServe would never be reconciled
-and no pod would ever exist. In Standard mode KServe itself creates the predictor Deployment,
+RawDeployment), not the Knative mode the overlays use. Reason: these tests run on kwok's
+simulated nodes, in every e2e, also where the tier ``serving`` (Knative Serving and Traefik as
+pods; the overlays' Serverless mode for real: test_serverless.py) is skipped and the platform has
+Knative's CRDs only, so a Knative Service created by KServe would never be reconciled. In
+Standard mode KServe itself creates the predictor Deployment,
 Service and HPA, and the Deployment's pods go through KServe's pod-mutating webhook, which is
 where the model volume and the request logger are injected: exactly what this test checks.
 What Standard mode changes on the rendered object is only that annotation, plus (see

@@ -37,9 +37,12 @@ from e2e_kube import REPO_ROOT, Kubectl, one, versions_env, wait_until
 
 from validation.argo import RETRIES, substitute
 
+#: The parts install-platform.sh renders and applies; Knative's serving-core and Traefik only
+#: with the tier ``serving`` (controllers.serverless: else the mirror has no serving-core).
 PARTS = [
     "cert-manager",
-    "knative",
+    "knative-crds",
+    *(["knative", "traefik"] if controllers.serverless() else []),
     "knative-config",
     "kserve",
     "kserve-runtimes",
@@ -73,7 +76,11 @@ def test_install_succeeds_offline_and_says_what_is_stubbed(platform):
     assert "platform ready" in log, log
     v = versions_env()
     assert f"cert-manager {v['CERT_MANAGER_VERSION']}: CRDs only" in log
-    assert f"Knative Serving {v['KNATIVE_SERVING_VERSION']}: CRDs only" in log
+    if controllers.serverless():
+        assert f"Knative Serving {v['KNATIVE_SERVING_VERSION']}: serving-core" in log
+        assert f"Traefik {v['TRAEFIK_VERSION']}: Knative's ingress" in log
+    else:
+        assert f"Knative Serving {v['KNATIVE_SERVING_VERSION']}: CRDs only, no Traefik" in log
     assert not platform.certs.errors, platform.certs.errors
     platform.check_alive()
 
@@ -90,8 +97,8 @@ def test_every_object_is_accepted_by_the_api_server(platform, rendered, kubectl)
 
 def test_applied_knative_domain_is_kserve_ingress_domain(platform, kubectl):
     """Knative's config-domain, as the script applied it, serves routes under KServe's
-    ingressDomain (else Knative >= 1.8 keeps every route cluster-local: Kourier answers 404),
-    next to Kourier as the ingress class and the pod-spec features, which the script applies in
+    ingressDomain (else Knative >= 1.8 keeps every route cluster-local: Traefik answers 404),
+    next to Traefik as the ingress class and the pod-spec features, which the script applies in
     mirror mode as online."""
     kserve = kubectl.json("get", "configmap", "inferenceservice-config", "-n", "kserve")
     domain = json.loads(kserve["data"]["ingress"])["ingressDomain"]
@@ -101,7 +108,7 @@ def test_applied_knative_domain_is_kserve_ingress_domain(platform, kubectl):
         return {k: v for k, v in cm["data"].items() if not k.startswith("_")}  # _example
 
     assert data("config-domain") == {domain: ""}
-    assert data("config-network")["ingress-class"] == "kourier.ingress.networking.knative.dev"
+    assert data("config-network")["ingress-class"] == "traefik.ingress.networking.knative.dev"
     assert data("config-features")["kubernetes.podspec-persistent-volume-claim"] == "enabled"
     live = kubectl.json(
         "get", "configmap", "config-domain", "-n", "knative-serving", "--show-managed-fields"
@@ -171,8 +178,8 @@ def test_second_run_changes_nothing(platform, rendered, kubectl, kubeconfig):
 
 
 def test_webhooks_are_served_as_upstream_serves_them(platform, kubectl):
-    """Every webhook of the training-operator and KServe is upstream's: its Service (no URL),
-    with a CA injected: the operator's own rotator's, and for KServe the ``ca.crt`` of the
+    """Every webhook of the training-operator, KServe and Knative is upstream's: its Service (no
+    URL), with a CA injected: the operator's and Knative's own, and for KServe the ``ca.crt`` of the
     Secret of the Certificate its ``cert-manager.io/inject-ca-from`` names (cert-manager's
     stand-in), in its webhook configurations and its CRDs' conversion webhooks."""
     configs = [
@@ -184,13 +191,16 @@ def test_webhooks_are_served_as_upstream_serves_them(platform, kubectl):
         c["metadata"]["name"]: c
         for c in configs
         if any(
-            w["clientConfig"].get("service", {}).get("namespace") in ("kubeflow", "kserve")
+            w["clientConfig"].get("service", {}).get("namespace")
+            in ("kubeflow", "kserve", "knative-serving")
             or "url" in w["clientConfig"]
             for w in c["webhooks"]
         )
     }
     assert "validator.training-operator.kubeflow.org" in mine, sorted(mine)
     assert "inferenceservice.serving.kserve.io" in mine, sorted(mine)
+    if controllers.serverless():  # Knative's webhook: its own certificate, injected by itself
+        assert "webhook.serving.knative.dev" in mine, sorted(mine)
     crds = [
         c
         for c in kubectl.json("get", "crd")["items"]
@@ -244,7 +254,7 @@ def test_controllers_run_as_pods_of_the_install_on_the_real_node(platform, kubec
     (the host processes they replaced)."""
     assert controllers.unready_platform_pods(platform.admin) == []
     images = real_node.imported_images()
-    for ns, deployments in controllers.POD_NAMESPACES.items():
+    for ns, deployments in controllers.pod_namespaces().items():
         for name in deployments:
             d = kubectl.json("get", "deployment", name, "-n", ns)
             for c in d["spec"]["template"]["spec"]["containers"]:

@@ -1,14 +1,15 @@
 """The project's InferenceService served, logged and autoscaled by real pods on the real node.
 
 What is real: KServe v0.20.0's controller and pod mutator (the pod of its install, tests/e2e/
-controllers.py) reconcile the rendered InferenceService in Standard mode (test_kserve.py says
-why not Knative's) into a Deployment, a Service and an HPA; the kubelet runs the predictor's
-pods (the model container and KServe's agent sidecar, built from KServe's cmd/agent), mounting
-the PVC for ``pvc://`` at /mnt/models; kube-proxy routes the Service; message-dumper runs
-Knative's event_display (built from knative.dev/eventing) with the pod spec of
-base/ml/serving/message-dumper.yaml; metrics-server (scripts/e2e-node.sh) feeds the real HPA
-controller of kube-controller-manager; Locust runs the project's locustfile from this process,
-inside the run's network namespace.
+controllers.py) reconcile the rendered InferenceService in Standard mode (the overlays' own
+Serverless mode: test_serverless.py) into a Deployment, a Service and an HPA; the kubelet runs
+the predictor's pods (the model container and KServe's agent sidecar, built from KServe's
+cmd/agent), mounting the PVC for ``pvc://`` at /mnt/models; kube-proxy routes the Service;
+message-dumper is the Knative Service of base/ml/serving/message-dumper.yaml (Knative's
+event_display, built from knative.dev/eventing), run by Knative Serving and reached through
+Traefik's cluster-local entry point, as in Serverless mode; metrics-server (scripts/e2e-node.sh)
+feeds the real HPA controller of kube-controller-manager; Locust runs the project's locustfile
+from this process, inside the run's network namespace.
 
 What stands in: TF Serving. Its image cannot be had here (no ``tensorflow_model_server`` in
 Debian, PyPI or the Go proxy), so the predictor runs the project's own KServe ModelServer from the
@@ -57,34 +58,41 @@ READY_TIMEOUT_S = 300
 CPU_TARGET = 50
 
 
-def message_dumper(ksvc: dict, namespace: str, image: str) -> list[dict]:
-    """base/ml/serving/message-dumper.yaml's Knative Service as what Knative would run: a
-    Deployment with the same pod spec (``image`` instead of upstream's digest, which a rebuild
-    cannot match) and a Service on port 80, the one the logger URL names."""
-    pod = json.loads(json.dumps(ksvc["spec"]["template"]["spec"]))
-    (container,) = pod["containers"]
-    container["image"] = image
-    port = container["ports"][0]["containerPort"]
-    labels = {"app": "message-dumper"}
-    meta = {"name": "message-dumper", "namespace": namespace, "labels": labels}
-    return [
-        {
-            "apiVersion": "apps/v1",
-            "kind": "Deployment",
-            "metadata": meta,
-            "spec": {
-                "replicas": 1,
-                "selector": {"matchLabels": labels},
-                "template": {"metadata": {"labels": labels}, "spec": pod},
-            },
-        },
-        {
-            "apiVersion": "v1",
-            "kind": "Service",
-            "metadata": meta,
-            "spec": {"selector": labels, "ports": [{"port": 80, "targetPort": port}]},
-        },
-    ]
+def dumper_ksvc(overlay: list[dict], namespace: str) -> dict:
+    """base/ml/serving/message-dumper.yaml's Knative Service in ``namespace``, its image the
+    local build of event_display (upstream's digest cannot be matched by a rebuild)."""
+    found = next(o for o in overlay if o["apiVersion"] == "serving.knative.dev/v1")
+    ksvc = json.loads(json.dumps(found))
+    ksvc["metadata"]["namespace"] = namespace
+    (container,) = ksvc["spec"]["template"]["spec"]["containers"]
+    container["image"] = real_node.imported_image("/event-display:")
+    return ksvc
+
+
+def dumper_ready(kubectl, namespace: str) -> None:
+    """Wait until message-dumper's Knative Service in ``namespace`` is Ready (its route
+    reachable through Traefik's private entry point); AssertionError with its conditions."""
+
+    def ready():
+        got = kubectl.json("get", "ksvc", "message-dumper", "-n", namespace)
+        conds = {c["type"]: c["status"] for c in (got.get("status") or {}).get("conditions", [])}
+        return got if conds.get("Ready") == "True" else None
+
+    wait_until(ready, timeout=120, what=f"message-dumper's Knative Service Ready in {namespace}")
+
+
+def dumper_events(kubectl, namespace: str, request_id: str) -> list[dict]:
+    """The request and response CloudEvents with id ``request_id`` that message-dumper's pods
+    printed (the pod scales to zero a few seconds later: read while it lives)."""
+
+    def logged():
+        proc = kubectl.run("logs", "-n", namespace, "-l",
+                           "serving.knative.dev/service=message-dumper", "-c", "event-display",
+                           "--tail=-1")  # fmt: skip
+        mine = [e for e in _events(proc.stdout) if e.get("id") == request_id]
+        return mine if len(mine) == 2 else None
+
+    return wait_until(logged, timeout=90, what=f"message-dumper events with id {request_id}")
 
 
 def served_isvc(isvc: dict, namespace: str, runtime: str) -> dict:
@@ -125,9 +133,7 @@ def served(kubectl, kubeconfig, overlay, platform) -> dict:
         real_node.chown_tree(root)
         controllers.provide_volume(kubeconfig, pvc, ns, root)
 
-        dumper_image = real_node.imported_image("/event-display:")
-        ksvc = next(o for o in overlay if o["apiVersion"] == "serving.knative.dev/v1")
-        kubectl.apply(message_dumper(ksvc, ns, dumper_image))
+        kubectl.apply(dumper_ksvc(overlay, ns))
         runtime = yaml.safe_load(RUNTIME.read_text())
         runtime["metadata"]["namespace"] = ns
         runtime["spec"]["containers"][0]["image"] = real_node.ml_image(overlay)
@@ -135,7 +141,7 @@ def served(kubectl, kubeconfig, overlay, platform) -> dict:
         obj = served_isvc(isvc, ns, runtime["metadata"]["name"])
         kubectl.apply(obj)
         name = obj["metadata"]["name"]
-        kubectl.wait("deployment/message-dumper", "condition=Available", "-n", ns, timeout=120)
+        dumper_ready(kubectl, ns)
 
         def ready():
             got = kubectl.json("get", f"inferenceservice/{name}", "-n", ns)
@@ -223,12 +229,7 @@ def test_predictor_serves_the_published_version_through_the_agent_and_logs_it(
     status, err = _post(served["url"] + predict_path(MODEL_NAME), {"instances": [{"b64": "!"}]})
     assert 400 <= status < 500 and "error" in err, (status, err)
 
-    def logged():
-        log = kubectl("logs", "-n", ns, "deployment/message-dumper")
-        mine = [e for e in _events(log) if e.get("id") == request_id]
-        return mine if len(mine) == 2 else None
-
-    events = wait_until(logged, timeout=60, what=f"message-dumper events with id {request_id}")
+    events = dumper_events(kubectl, ns, request_id)
     by_type = {e["type"]: e for e in events}
     assert set(by_type) == {
         "org.kubeflow.serving.inference.request",

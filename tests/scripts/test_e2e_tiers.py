@@ -16,9 +16,13 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 TIERS = REPO / "scripts" / "e2e-tiers.sh"
-SERVING_TOOLS = {"kserve-agent", "metrics-server", "event-display"}
+SERVING_TOOLS = {"kserve-agent", "metrics-server", "event-display", "knative-serving", "traefik"}
 PULUMI_TOOLS = {"pulumi", "pulumi-kubernetes"}
 TIER_TOOLS = SERVING_TOOLS | PULUMI_TOOLS
+SERVING_IGNORED = [
+    "--ignore=tests/e2e/test_real_serving.py",
+    "--ignore=tests/e2e/test_serverless.py",
+]
 
 
 def run(*args: str, cache: Path, skip: str = "", timeout: int = 120):
@@ -77,7 +81,9 @@ def test_the_core_and_the_tiers_split_every_recipe_image_and_module(tmp_path):
     ).stdout.split()  # fmt: skip
     assert set(lines(run("images", cache=tmp_path))) == set(images)
     core_images = set(lines(run("images", "--core", cache=tmp_path)))
-    assert set(images) - core_images == {"agent", "event_display"}
+    assert set(images) - core_images == {"agent", "event_display", "traefik"} | {
+        f"knative_{n}" for n in ("controller", "webhook", "activator", "autoscaler", "queue")
+    }
     for arg in lines(run("pytest-args", cache=tmp_path, skip="serving")):
         assert (REPO / arg.removeprefix("--ignore=")).is_file(), arg
 
@@ -86,9 +92,7 @@ def test_a_skipped_tier_leaves_out_its_tools_images_and_tests_and_says_so(tmp_pa
     assert not SERVING_TOOLS & set(lines(run("tools", cache=tmp_path, skip="serving")))
     images = set(lines(run("images", cache=tmp_path, skip="serving")))
     assert "agent" not in images and "pause" in images and "ml" in images
-    assert lines(run("pytest-args", cache=tmp_path, skip="serving")) == [
-        "--ignore=tests/e2e/test_real_serving.py"
-    ]
+    assert lines(run("pytest-args", cache=tmp_path, skip="serving")) == SERVING_IGNORED
     assert lines(run("pytest-args", cache=tmp_path)) == []
     report = run("report", cache=tmp_path, skip="serving")
     assert report.returncode == 0
@@ -159,7 +163,7 @@ def test_plan_does_not_wait_for_a_build_past_the_budget(tmp_path):
 
 def test_skip_tiers_are_words_each_checked_once(tmp_path):
     proc = run("pytest-args", cache=tmp_path, skip=" serving  serving ")
-    assert lines(proc) == ["--ignore=tests/e2e/test_real_serving.py"]
+    assert lines(proc) == SERVING_IGNORED
     proc = run("report", cache=tmp_path, skip="*")
     assert proc.returncode == 1 and "no tier named '*'" in proc.stderr
 
