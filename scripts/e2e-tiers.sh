@@ -9,6 +9,8 @@
 # Usage:
 #   scripts/e2e-tiers.sh tools [--core]   the recipes `make e2e` builds: every recipe but those of
 #                                         the tiers in E2E_SKIP_TIERS (--core: of every tier)
+#   scripts/e2e-tiers.sh tools --tiers    the tiers' recipes, tier by tier in TIERS order (the
+#                                         order .ci/run builds them in, and `plan` waits in)
 #   scripts/e2e-tiers.sh images [--core]  likewise, the images of scripts/e2e-images.sh
 #   scripts/e2e-tiers.sh pytest-args      pytest's --ignore=MODULE for each skipped tier's tests
 #   scripts/e2e-tiers.sh report           one loud line per tier in E2E_SKIP_TIERS: what did not
@@ -79,19 +81,33 @@ tier_built() { # TIER: its tools are all in the cache (the images take seconds o
 
 tier_seconds() { local -n s="$1_E2E_SECONDS"; echo "$s"; }
 
+# The seconds the tiers after the one at index $1 need that are built already (they will run).
+built_after() {
+  local i sum=0
+  for ((i = $1 + 1; i < ${#TIERS[@]}; i++)); do
+    if tier_built "${TIERS[$i]}"; then sum=$((sum + $(tier_seconds "${TIERS[$i]}"))); fi
+  done
+  echo "$sum"
+}
+
 plan() { # DEADLINE [PID]
-  local deadline="$1" pid="${2:-}" t need="$CORE_E2E_SECONDS" left
+  local deadline="$1" pid="${2:-}" t i running="$CORE_E2E_SECONDS" need left
   [[ "$deadline" =~ ^[1-9][0-9]*$ ]] || die "plan: DEADLINE must be Unix seconds, got '$deadline'"
   [[ -z "$pid" || "$pid" =~ ^[1-9][0-9]*$ && "$pid" -gt 1 ]] \
     || die "plan: PID must be the id of the build's process, got '$pid'"
   local -a skip=()
-  for t in "${TIERS[@]}"; do need=$((need + $(tier_seconds "$t"))); done
-  for t in "${TIERS[@]}"; do
+  # In TIERS order (the order .ci/run builds their tools in): a tier is waited for while the e2e
+  # still fits with the core, the tiers already kept, this one and the later ones already built;
+  # a later tier not built yet is judged in its turn (the time of a skipped one is not kept).
+  for i in "${!TIERS[@]}"; do
+    t="${TIERS[$i]}"
+    need=$((running + $(tier_seconds "$t") + $(built_after "$i")))
     while ! tier_built "$t" && [[ -n "$pid" ]] && kill -0 "$pid" 2>/dev/null \
       && (($(date +%s) + need < deadline)); do
       sleep 5
+      need=$((running + $(tier_seconds "$t") + $(built_after "$i")))
     done
-    tier_built "$t" && continue
+    if tier_built "$t"; then running=$((running + $(tier_seconds "$t"))); continue; fi
     left=$((deadline - $(date +%s)))
     skip+=("$t")
     tools="$(tier_items "$t" TOOLS | tr '\n' ' ' | sed 's/ $//')"
@@ -102,7 +118,6 @@ plan() { # DEADLINE [PID]
         "budget, where the e2e needs about ${need} s with it ($CORE_E2E_SECONDS s the core's," \
         "$(tier_seconds "$t") s this tier's)"
     fi
-    need=$((need - $(tier_seconds "$t")))
   done
   echo "${skip[*]}"
 }
@@ -121,13 +136,14 @@ case "${1:-}" in
     kind=TOOLS list="$("$TOOLS" --list | cut -d' ' -f1)"
     if [[ "$1" == images ]]; then kind=IMAGES list="$("$ROOT/scripts/e2e-images.sh" --names)"; fi
     if [[ "${2:-}" == --core ]]; then without "$kind" "${TIERS[@]}" <<<"$list"
+    elif [[ "${2:-}" == --tiers ]]; then for t in "${TIERS[@]}"; do tier_items "$t" "$kind"; done
     elif [[ -z "${2:-}" ]]; then without "$kind" "${SKIP[@]}" <<<"$list"
-    else die "usage: $0 $1 [--core]"; fi ;;
+    else die "usage: $0 $1 [--core|--tiers]"; fi ;;
   pytest-args) for t in "${SKIP[@]}"; do tier_items "$t" TESTS | sed 's/^/--ignore=/'; done ;;
   report) report ;;
   plan) [[ $# -ge 2 ]] || die "usage: $0 plan DEADLINE [PID]"; plan "$2" "${3:-}" ;;
   -h | --help)
-    echo "usage: scripts/e2e-tiers.sh tools|images [--core] | pytest-args | report | plan DEADLINE [PID]"
+    echo "usage: scripts/e2e-tiers.sh tools|images [--core|--tiers] | pytest-args | report | plan DEADLINE [PID]"
     sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' ;;
-  *) die "usage: scripts/e2e-tiers.sh tools|images [--core] | pytest-args | report | plan DEADLINE [PID] (see --help)" ;;
+  *) die "usage: scripts/e2e-tiers.sh tools|images [--core|--tiers] | pytest-args | report | plan DEADLINE [PID] (see --help)" ;;
 esac

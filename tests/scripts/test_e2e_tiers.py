@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -175,3 +176,33 @@ BAD_ARGS = [["plan"], ["plan", "soon"], ["plan", "0123"], ["plan", "1", "x"], ["
 def test_bad_arguments_are_refused(tmp_path, args):
     proc = run(*args, cache=tmp_path)
     assert proc.returncode == 1 and "e2e-tiers.sh:" in proc.stderr
+
+
+def test_plan_keeps_time_only_for_the_tiers_that_will_run(tmp_path):
+    """Waiting for serving's tools, `plan` keeps the time of the core, serving and of a later
+    tier only when that one is built (it will run): with pulumi built, a budget that fits the
+    core and serving but not pulumi too is not waited on; with pulumi not built it is waited on
+    (about 8 s here), and pulumi is then judged in its turn (its build ends: skipped)."""
+    tiers = REPO / "scripts" / "e2e-tiers.sh"
+    core, serving = (
+        int(next(ln.split("=")[1] for ln in tiers.read_text().splitlines() if ln.startswith(key)))
+        for key in ("CORE_E2E_SECONDS=", "serving_E2E_SECONDS=")
+    )
+    waited, skipped = {}, {}
+    for pulumi_built in (True, False):
+        cache = tmp_path / str(pulumi_built)
+        if pulumi_built:
+            mark_built(cache, PULUMI_TOOLS)
+        build = subprocess.Popen(["sleep", "14"])  # builds nothing
+        # reaped as soon as it ends (a zombie would still answer `kill -0`)
+        threading.Thread(target=build.wait, daemon=True).start()
+        try:
+            t0 = time.monotonic()
+            deadline = int(time.time()) + core + serving + 8  # room for serving alone, ~8 s
+            proc = run("plan", str(deadline), str(build.pid), cache=cache, timeout=60)
+            waited[pulumi_built] = time.monotonic() - t0
+            skipped[pulumi_built] = lines(proc)
+        finally:
+            build.kill()
+    assert skipped == {True: ["serving"], False: ["serving", "pulumi"]}, skipped
+    assert waited[True] < 4 <= waited[False], waited
