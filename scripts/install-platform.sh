@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Install the platform layer in dependency order: cert-manager -> Knative Serving -> Traefik (its
-# ingress) ->
-# Knative's settings (base/platform/knative-config, and config-domain derived from KServe's
-# ingressDomain) -> KServe (+ runtimes) -> Kubeflow training operator -> Argo Workflows. Each
+# Install the platform layer in dependency order: cert-manager -> Knative Serving -> Knative's
+# settings (base/platform/knative-config, and config-domain derived from KServe's ingressDomain)
+# -> Traefik, its ingress (base/platform/traefik) -> KServe (+ runtimes) -> Kubeflow training
+# operator -> Argo Workflows. Each
 # part goes in three steps, so it is safe on a fresh cluster: (1) its CRDs, waited for until
 # Established; (2) its other objects (ConfigMaps included), retried while a webhook does not
 # answer yet, then its Deployments (controllers and webhooks) waited for until rolled out
@@ -146,8 +146,8 @@ ingress_domain() {
 }
 
 # knative_domain DOMAIN: Knative's config-domain serving every route under DOMAIN. Without it
-# Knative (>= 1.8) defaults to svc.cluster.local: every route is cluster-local, and Kourier's
-# external listener serves none of them (404).
+# Knative (>= 1.8) defaults to svc.cluster.local: every route is cluster-local, and Traefik's
+# public entry point serves none of them (404).
 knative_domain() {
   cat <<YAML
 apiVersion: v1
@@ -246,6 +246,13 @@ if [[ -n "${RENDER_ONLY}" ]]; then
   log "rendering only, into ${WORK}"
 else
   log "cluster: $(k config view --minify -o jsonpath='{.clusters[0].cluster.server}')"
+fi
+# A cluster an earlier version of this script set up runs Kourier as Knative's ingress: Traefik
+# replaces it, and both cannot share the node's port 80 (k3d's load balancer) nor the routes'
+# KIngresses (their status keeps Kourier's addresses). Refused, saying what to do, before any
+# change: the cluster keeps working as it is.
+if [[ -z "${RENDER_ONLY}" ]] && k get namespace kourier-system >/dev/null 2>&1; then
+  die "this cluster runs Kourier (namespace kourier-system), which Traefik replaces as Knative's ingress: recreate the cluster (k3d cluster delete; scripts/k3d-up.sh), or remove Kourier and let Knative remake each KIngress as docs/gitops.md (\"Reaching the model\") says, then re-run"
 fi
 
 if [[ -n "${MIRROR}" ]]; then

@@ -210,3 +210,41 @@ def test_a_layer_patches_its_part_and_nothing_else(rendered, tmp_path):
         assert {**was, **same} == {**now, **same}, key
     for part in ("training-operator", "argo-workflows", "cert-manager"):
         assert (rendered / part / "all.yaml").read_text() == (out / part / "all.yaml").read_text()
+
+
+def test_a_cluster_with_kourier_is_refused_before_any_change(tmp_path):
+    """A cluster an earlier version set up runs Kourier (namespace kourier-system): the script
+    stops before it applies anything, naming Kourier and what to do (docs/gitops.md). Against a
+    kubectl stand-in that renders with the real kubectl and records every other call."""
+    real = shutil.which("kubectl", path=str(REPO / ".venv" / "bin")) or shutil.which("kubectl")
+    assert real, "no kubectl (make venv)"
+    calls = tmp_path / "calls"
+    stub = tmp_path / "kubectl"
+    stub.write_text(
+        "#!/usr/bin/env bash\n"
+        f'case "$1" in kustomize|config) exec {real} "$@" ;; esac\n'
+        f'echo "$*" >> {calls}\n'
+        '[[ "$*" == "get namespace kourier-system" ]]\n'
+    )
+    stub.chmod(0o755)
+    proc = subprocess.run(
+        ["bash", str(REPO / "scripts" / "install-platform.sh")],
+        env={**os.environ, "KUBECTL": str(stub)},
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert proc.returncode != 0
+    assert "this cluster runs Kourier (namespace kourier-system)" in proc.stderr, proc.stderr
+    assert "docs/gitops.md" in proc.stderr
+    assert calls.read_text().splitlines() == ["get namespace kourier-system"]
+
+
+def test_k3d_maps_the_host_port_to_traefiks_load_balancer_service():
+    """scripts/k3d-up.sh maps host 8080 to the node's port 80 through k3s's load balancer, which
+    serves a Service of type LoadBalancer on that port: Traefik's public one (the docs' curl to
+    localhost:8080), with k3s's bundled Traefik off."""
+    script = (REPO / "scripts" / "k3d-up.sh").read_text()
+    assert '--port "8080:80@loadbalancer"' in script
+    assert '--k3s-arg "--disable=traefik@server:0"' in script
+    svc = _docs(REPO / "base" / "platform" / "traefik" / "services.yaml")[("Service", "traefik")]
+    assert svc["spec"]["type"] == "LoadBalancer"
+    assert [p["port"] for p in svc["spec"]["ports"]] == [80]
