@@ -251,33 +251,81 @@ TRAEFIK_KNATIVE_CLASS = "traefik.ingress.networking.knative.dev"
 
 
 def _flags(container: dict) -> dict[str, str]:
-    """``--key=value`` (or a bare ``--key``: ``"true"``) arguments of a container, by key."""
-    out = {}
-    for arg in container.get("args") or []:
-        if isinstance(arg, str) and arg.startswith("--"):
-            key, _, value = arg[2:].partition("=")
-            out[key] = value or "true"
+    """Traefik's flags in a container's ``command`` and ``args``: ``--key=value``, ``--key value``
+    or a bare ``--key`` (``"true"``), keys lower-cased (Traefik's flag parser, paerser, matches
+    them case-insensitively)."""
+    words = [w for w in [*(container.get("command") or []), *(container.get("args") or [])]
+             if isinstance(w, str)]  # fmt: skip
+    out: dict[str, str] = {}
+    for i, word in enumerate(words):
+        if not word.startswith("--"):
+            continue
+        key, eq, value = word[2:].partition("=")
+        if not eq:
+            following = words[i + 1] if i + 1 < len(words) else "--"
+            value = "true" if following.startswith("--") else following
+        out[key.lower()] = value
     return out
 
 
-def _knative_traefiks(objs) -> list[tuple[object, dict]]:
-    """(Deployment, flags) of each container that runs Traefik's Knative provider."""
+def _containers(o) -> list[dict]:
+    """The containers of a workload's pod template (mappings only)."""
+    found = dig(o.doc, "spec", "template", "spec", "containers", default=[]) or []
+    return [c for c in found if isinstance(c, dict)] if isinstance(found, list) else []
+
+
+def _port(address: str) -> int | None:
+    """The port of a Traefik entry point address (``:8080``, ``0.0.0.0:8080/tcp``)."""
+    m = re.search(r":(\d+)(?:/\w+)?$", address)
+    return int(m.group(1)) if m else None
+
+
+def _knative_traefiks(objs) -> list[tuple[object, dict, dict]]:
+    """(workload, its Traefik container, that container's flags) for each container that runs
+    Traefik's Knative provider: any ``--providers.knative*`` flag enables it (paerser), unless
+    ``--providers.knative=false``."""
     found = []
     for o in objs:
-        for c in dig(o.doc, "spec", "template", "spec", "containers", default=[]) or []:
-            if (flags := _flags(c)).get("providers.knative") == "true":
-                found.append((o, {**flags, "_ports": {p.get("name") for p in c.get("ports", [])}}))
+        for c in _containers(o):
+            flags = _flags(c)
+            on = [
+                k for k in flags if k == "providers.knative" or k.startswith("providers.knative.")
+            ]
+            if on and flags.get("providers.knative", "true").lower() != "false":
+                found.append((o, c, flags))
     return found
+
+
+def _targets(svc, container: dict) -> set[int]:
+    """The container ports a Service's ports reach (a named targetPort through the container's
+    named ports, a number as is, none: the port itself)."""
+    named = {p.get("name"): p.get("containerPort") for p in container.get("ports") or []
+             if isinstance(p, dict)}  # fmt: skip
+    out = set()
+    for p in dig(svc.doc, "spec", "ports", default=[]) or []:
+        if isinstance(p, dict):
+            target = p.get("targetPort", p.get("port"))
+            target = named.get(target) if isinstance(target, str) else target
+            if isinstance(target, int):
+                out.add(target)
+    return out
+
+
+WORKLOADS = ("Deployment", "DaemonSet", "StatefulSet")
 
 
 @check("knative-ingress")
 def knative_ingress(ctx: Context) -> Iterator[Hit]:
-    """Knative's ingress class is served: config-network's ``ingress-class`` is Traefik's, and a
-    Deployment runs Traefik's Knative provider (rendered anywhere); that provider has the
-    experimental flag it refuses to start without, and public and private entry points each
-    behind the rendered Service the flags name, whose port targets that entry point (without
-    the private one Traefik drops cluster-local routes, such as message-dumper's; without the
-    Services Knative's Routes get no address)."""
+    """Knative's ingress class is served: config-network's ``ingress-class`` is Traefik's (the
+    platform installs Traefik), and where Traefik is rendered it runs the Knative provider, with
+    the experimental flag it refuses to start without, and public and private entry points,
+    each with an address and behind the rendered Service the flags name, which selects
+    Traefik's pods and targets that address's port (without the private one Traefik drops
+    cluster-local routes, such as message-dumper's; without the Services Knative's Routes get
+    no address)."""
+    workloads = ctx.everywhere(*WORKLOADS)
+    traefik_images = [c.get("image") for o in workloads for c in _containers(o)
+                      if "traefik" in str(c.get("image", ""))]  # fmt: skip
     for cm in ctx.kinds("ConfigMap"):
         if (cm.namespace, cm.name) != ("knative-serving", "config-network"):
             continue
@@ -291,29 +339,40 @@ def knative_ingress(ctx: Context) -> Iterator[Hit]:
                     f" Knative provider serves {TRAEFIK_KNATIVE_CLASS!r} only"
                 ),
             )
-        elif not _knative_traefiks(ctx.everywhere("Deployment")) and len(ctx.rendered) > 1:
-            yield cm, "data.ingress-class", "no rendered Deployment runs Traefik's Knative provider"
+        elif traefik_images and not _knative_traefiks(workloads):
+            msg = f"the rendered Traefik ({traefik_images[0]}) runs no Knative provider"
+            yield cm, "data.ingress-class", msg
     services = {(o.namespace, o.name): o for o in ctx.everywhere("Service")}
-    for o, flags in _knative_traefiks(ctx.kinds("Deployment")):
+    for o, container, flags in _knative_traefiks(ctx.kinds(*WORKLOADS)):
         field = "spec.template.spec.containers[].args"
-        if flags.get("experimental.knative") != "true":
+        labels = dig(o.doc, "spec", "template", "metadata", "labels", default={}) or {}
+        if flags.get("experimental.knative", "").lower() != "true":
             yield o, field, "--experimental.knative is required by Traefik's Knative provider"
         for side in ("public", "private"):
-            entry = flags.get(f"providers.knative.{side}Entrypoints")
-            ns = flags.get(f"providers.knative.{side}Service.namespace")
-            name = flags.get(f"providers.knative.{side}Service.name")
-            if not entry or not ns or not name:
+            entries = [e.strip() for e in flags.get(f"providers.knative.{side}entrypoints", "")
+                       .split(",") if e.strip()]  # fmt: skip
+            ns = flags.get(f"providers.knative.{side}service.namespace")
+            name = flags.get(f"providers.knative.{side}service.name")
+            if not entries or not ns or not name:
                 yield o, field, f"no {side} entry point and Service for Knative's routes"
                 continue
-            if f"entryPoints.{entry}.address" not in flags:
-                yield o, field, f"{side} entry point {entry!r} has no --entryPoints.{entry}.address"
+            ports = {}
+            for entry in entries:
+                address = flags.get(f"entrypoints.{entry.lower()}.address")
+                if address is None:
+                    msg = f"{side} entry point {entry!r} has no --entryPoints.{entry}.address"
+                    yield o, field, msg
+                else:
+                    ports[entry] = _port(address)
             svc = services.get((ns, name))
-            targets = (
-                [p.get("targetPort") for p in dig(svc.doc, "spec", "ports", default=[])]
-                if svc
-                else []
-            )
             if svc is None:
                 yield o, field, f"{side} Service {ns}/{name} is not rendered"
-            elif entry not in targets or entry not in flags["_ports"]:
-                yield o, field, f"{side} Service {ns}/{name} does not target port {entry!r}"
+                continue
+            selector = dig(svc.doc, "spec", "selector", default={}) or {}
+            if not selector or any(labels.get(k) != v for k, v in selector.items()):
+                yield o, field, f"{side} Service {ns}/{name} does not select Traefik's pods"
+            reached = _targets(svc, container)
+            for entry, port in ports.items():
+                if port not in reached:
+                    msg = f"{side} Service {ns}/{name} does not reach entry point {entry!r}"
+                    yield o, field, f"{msg} (port {port})"

@@ -289,8 +289,10 @@ def test_knative_ingress_is_served_by_the_rendered_traefik(broken):
         ("--entryPoints.web-internal.address=:8081", "--entryPoints.internal.address=:8081",
          "private entry point 'web-internal' has no --entryPoints.web-internal.address"),
         ("--providers.knative.publicEntrypoints=web",
-         "--providers.knative.publicEntrypoints=web-internal",
-         "public Service traefik/traefik does not target port 'web-internal'"),
+         "--providers.knative.publicEntrypoints=web,web-internal",
+         "public Service traefik/traefik does not reach entry point 'web-internal' (port 8081)"),
+        ("--entryPoints.web.address=:8080", "--entryPoints.web.address=:9999",
+         "public Service traefik/traefik does not reach entry point 'web' (port 9999)"),
     ],
 )  # fmt: skip
 def test_traefik_knative_provider_flags(broken, old, new, text):
@@ -299,9 +301,38 @@ def test_traefik_knative_provider_flags(broken, old, new, text):
     assert f.file == TRAEFIK and text in f.message, f.message
 
 
-def test_knative_ingress_without_traefik_rendered_is_named(broken):
-    broken.edit(TRAEFIK, lambda d: traefik_args(d).remove("--providers.knative=true"))
-    (f,) = only(broken.check(*KNATIVE), "knative-ingress")
-    assert (
-        f.file == NETWORK and "no rendered Deployment runs Traefik's Knative provider" in f.message
+def test_traefik_flags_as_its_parser_reads_them(broken):
+    """paerser's flags: case-insensitive keys, ``--key value``, a bare ``--key``; the provider on
+    without ``--providers.knative`` itself (any of its flags); odd port lists do not crash."""
+
+    def rewrite(d):
+        args = traefik_args(d)
+        args.remove("--providers.knative=true")
+        args[:] = [a.lower() if a.startswith("--entryPoints") else a for a in args]
+        i = args.index("--experimental.knative=true")
+        args[i : i + 1] = ["--experimental.knative"]
+        d["spec"]["template"]["spec"]["containers"][0]["ports"].append(None)
+
+    broken.edit(TRAEFIK, rewrite)
+    assert [f.format() for f in broken.check(*KNATIVE)] == []
+
+
+def test_a_service_that_selects_other_pods_is_named(broken):
+    broken.edit(
+        "base/platform/traefik/services.yaml",
+        lambda d: d["spec"]["selector"].update(app="traefik-old"),
+        name="traefik-internal",
     )
+    (f,) = only(broken.check(*KNATIVE), "knative-ingress")
+    assert "private Service traefik/traefik-internal does not select Traefik's pods" in f.message
+
+
+def test_knative_ingress_without_traefik_rendered_is_named(broken):
+    def no_provider(d):
+        traefik_args(d)[:] = [a for a in traefik_args(d) if "knative" not in a]
+
+    broken.edit(TRAEFIK, no_provider)
+    (f,) = only(broken.check(*KNATIVE), "knative-ingress")
+    assert f.file == NETWORK
+    assert "the rendered Traefik (docker.io/library/traefik:" in f.message
+    assert "runs no Knative provider" in f.message
