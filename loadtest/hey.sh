@@ -9,7 +9,7 @@ Usage: loadtest/hey.sh [options]
 
   --url URL          predict URL (default: http://localhost:8080/v1/models/fashion-mnist:predict)
   --host HOST        Host header for an ingress gateway, e.g.
-                     fashion-mnist.fashion-mnist.example.com (default: none)
+                     fashion-mnist-predictor.fashion-mnist.example.com (default: none)
   -z, --duration D   how long to send requests (default: 30s)
   -c, --concurrency N  concurrent workers (default: 5)
   --count N          images per request (default: 1)

@@ -7,8 +7,9 @@ Headless example (thresholds decide the exit code; CSV + HTML reports)::
         --csv reports/locust --csv-full-history --html reports/locust.html
 
 Through an ingress gateway: ``--host http://localhost:8081 --host-header
-fashion-mnist.fashion-mnist.example.com``. Every custom option also reads an environment
-variable (``LOCUST_PEAK_USERS``, ``LOCUST_HOST_HEADER``, ...; see ``--help``).
+fashion-mnist-predictor.fashion-mnist.example.com`` (the InferenceService's URL host). Every
+custom option also reads an environment variable (``LOCUST_PEAK_USERS``,
+``LOCUST_HOST_HEADER``, ...; see ``--help``).
 
 Users send one-image requests (``--instances``) built from real Fashion-MNIST test images
 encoded as JPEG (loaded once per process through ``training.data``, or from
@@ -54,7 +55,7 @@ def add_options(parser) -> None:
         "--host-header",
         default="",
         env_var="LOCUST_HOST_HEADER",
-        help="Host header, e.g. fashion-mnist.fashion-mnist.example.com behind an ingress",
+        help="Host header behind an ingress: the URL's host, fashion-mnist-predictor.<ns>.<domain>",
     )
     add("--instances", type=int, default=1, env_var="LOCUST_INSTANCES", help="images per request")
     add(

@@ -2,7 +2,7 @@
 
     python -m serving.client --url http://localhost:8080 --model-name fashion-mnist shoe.jpg
     python -m serving.client --url http://localhost:8080 \\
-        --host fashion-mnist.fashion-mnist.example.com shoe.jpg      # through an ingress
+        --host fashion-mnist-predictor.fashion-mnist.example.com shoe.jpg      # through an ingress
 
 Prints the top-3 classes with their probabilities for every image; exit 1 with one line on
 stderr when a file cannot be read or the server refuses the request. Standard library only.
@@ -39,7 +39,7 @@ def predict(
         images: encoded JPEG/PNG images.
         model_name: model name in the path.
         host: optional ``Host`` header (ingress gateway routing, e.g.
-            ``fashion-mnist.fashion-mnist.example.com``).
+            ``fashion-mnist-predictor.fashion-mnist.example.com``).
         timeout: seconds.
 
     Returns:
