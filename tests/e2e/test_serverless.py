@@ -270,7 +270,9 @@ def test_scales_to_zero_and_the_activator_answers_each_cold_start(kubectl, serve
     )
 
 
-def test_hey_with_target_concurrency_one_scales_to_about_five_pods(kubeconfig, served, ingress):
+def test_hey_with_target_concurrency_one_scales_to_about_five_pods(
+    kubeconfig, served, ingress, tmp_path
+):
     """The seed's test: ``hey -z 30s -c 5`` (loadtest/hey.sh) through the ingress against the
     overlay's target of one request in flight per pod gives 5 ready pods (±1, never above
     ``maxReplicas``), counted by the project's observer; every request answered."""
@@ -290,7 +292,7 @@ def test_hey_with_target_concurrency_one_scales_to_about_five_pods(kubeconfig, s
         proc = subprocess.run(
             ["bash", str(REPO_ROOT / "loadtest" / "hey.sh"), "--url",
              ingress + predict_path(MODEL_NAME), "--host", host, "-z", "30s",
-             "-c", str(HEY_CONCURRENCY), "--payload", str(REPO_ROOT / "work" / "hey-input.json")],
+             "-c", str(HEY_CONCURRENCY), "--payload", str(tmp_path / "input.json")],
             cwd=REPO_ROOT, capture_output=True, text=True, timeout=180,
             env={**os.environ, "PYTHON": sys.executable},
         )  # fmt: skip
@@ -302,6 +304,7 @@ def test_hey_with_target_concurrency_one_scales_to_about_five_pods(kubeconfig, s
         ln.split("]")[0].strip("[ "): ln for ln in proc.stdout.splitlines() if "responses" in ln
     }
     assert set(codes) == {"200"} and "Error distribution" not in proc.stdout, proc.stdout[-2000:]
+    assert seen, "the observer's reader took no sample"
     most = max(r for r, _ in seen)
     print(f"hey -c {HEY_CONCURRENCY}: at most {most} ready pods; samples {seen}")
     print(proc.stdout[-1500:])
