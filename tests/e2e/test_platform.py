@@ -145,6 +145,18 @@ def test_crds_established_before_their_custom_resources(platform, rendered, kube
         assert created >= established, (o["kind"], o["metadata"]["name"], created, established)
 
 
+def knative_webhook(obj: dict) -> bool:
+    """One of Knative Serving's webhook configurations: its webhook rewrites their ``rules`` and
+    ``caBundle`` when it starts (knative.dev/pkg's webhook reconcilers own them; the release's
+    rules are a broad placeholder), so a re-apply of the release sets them back until it does,
+    by upstream's design: left out of the second run's diff, as the CAs injected are."""
+    labels = obj["metadata"].get("labels") or {}
+    return (
+        obj["kind"].endswith("WebhookConfiguration")
+        and labels.get("app.kubernetes.io/name") == "knative-serving"
+    )
+
+
 def test_second_run_changes_nothing(platform, rendered, kubectl, kubeconfig):
     """Idempotent: a second run exits 0 and the objects it applies are unchanged afterwards
     (``kubectl diff --server-side`` exits 0: the CA that cert-manager's stand-in and the
@@ -168,7 +180,7 @@ def test_second_run_changes_nothing(platform, rendered, kubectl, kubeconfig):
     }
     assert after == before
     for part in PARTS:
-        objs = docs(rendered / part / "all.yaml")
+        objs = [o for o in docs(rendered / part / "all.yaml") if not knative_webhook(o)]
         diff = kubectl.run(
             "diff", "--server-side", "--force-conflicts", "-f", "-",
             input=yaml.safe_dump_all(objs), timeout=300,

@@ -37,7 +37,13 @@ import pytest
 import real_node
 import yaml
 from e2e_kube import REPO_ROOT, create_namespace, one, wait_until
-from test_real_serving import RUNTIME, dumper_events, dumper_ksvc, dumper_ready
+from test_real_serving import (
+    MODEL_CPU_REQUEST,
+    RUNTIME,
+    dumper_events,
+    dumper_ksvc,
+    dumper_ready,
+)
 
 from fmnist_common import (
     INPUT_NAME,
@@ -49,9 +55,6 @@ from fmnist_common import (
 )
 
 READY_TIMEOUT_S = 300
-#: The model container's CPU request here (the overlay's 250m: five pods, with KServe's agent and
-#: Knative's queue-proxy beside each, would not fit the 2-core node next to the platform).
-MODEL_CPU_REQUEST = "100m"
 COLD_STARTS = 5
 #: The seed's test: ``hey -z 30s -c 5`` with target concurrency 1 gives about five pods.
 HEY_CONCURRENCY = 5
