@@ -21,6 +21,7 @@ project's ModelServer through hack/e2e/serving-runtime.yaml).
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import statistics
@@ -243,6 +244,31 @@ def test_predicts_through_traefik_and_logs_to_message_dumper(kubectl, served, in
     assert all(e["inferenceservicename"] == name and e["namespace"] == ns for e in events)
 
 
+def pod_phases(kubectl, ns: str, selector: str) -> str:
+    """Where a cold start's time went, from the newest matching pod's own timestamps (1 s
+    resolution): created -> scheduled -> each container started -> Ready."""
+    pods = kubectl.json("get", "pods", "-n", ns, "-l", selector)["items"]
+    if not pods:
+        return "no pod"
+    pod = max(pods, key=lambda p: p["metadata"]["creationTimestamp"])
+
+    def at(stamp: str) -> float:
+        return datetime.datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+
+    t0 = at(pod["metadata"]["creationTimestamp"])
+    st = pod.get("status") or {}
+    conds = {c["type"]: c.get("lastTransitionTime") for c in st.get("conditions") or []}
+    parts = (
+        [f"scheduled +{at(conds['PodScheduled']) - t0:.0f} s"] if conds.get("PodScheduled") else []
+    )
+    for c in st.get("containerStatuses") or []:
+        if started := (c.get("state") or {}).get("running", {}).get("startedAt"):
+            parts.append(f"{c['name']} started +{at(started) - t0:.0f} s")
+    if conds.get("Ready"):
+        parts.append(f"Ready +{at(conds['Ready']) - t0:.0f} s")
+    return ", ".join(parts)
+
+
 def test_scales_to_zero_and_the_activator_answers_each_cold_start(kubectl, served, ingress):
     """With no traffic the predictor goes to zero pods (the overlay's ``minReplicas: 0``); each
     first request after that is held by the activator until a pod is ready, and answered.
@@ -266,7 +292,8 @@ def test_scales_to_zero_and_the_activator_answers_each_cold_start(kubectl, serve
         status, got, took = post(url, body, host, timeout=120)
         assert status == 200 and len(got["predictions"]) == 1, (status, got)
         cold.append(took)
-        print(f"cold start {i + 1}: {took:.2f} s to the first byte (zero after {to_zero:.0f} s)")
+        print(f"cold start {i + 1}: {took:.2f} s to the first byte (zero after {to_zero:.0f} s);"
+              f" {pod_phases(kubectl, ns, selector)}")  # fmt: skip
     print(
         f"cold start over {COLD_STARTS}: median {statistics.median(cold):.2f} s,"
         f" max {max(cold):.2f} s"
