@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
+KNATIVE = [f"knative_{n}" for n in ("controller", "webhook", "activator", "autoscaler", "queue")]
 COPIED = ["scripts", "versions.env", "Dockerfile", "pyproject.toml", "README.md", "src",
           "overlays", "base", ".venv"]  # fmt: skip
 
@@ -57,13 +58,20 @@ def test_references_are_what_the_pods_ask_for(clone, tmp_path):
     assert list(images) == [
         "pause", "python", "ml", "ml_torch", "argoexec", "agent", "busybox", "event_display",
         "training_operator", "workflow_controller", "argocli", "kserve_controller",
-        "kserve_llmisvc", "kserve_localmodel", "kube_rbac_proxy",
+        "kserve_llmisvc", "kserve_localmodel", "kube_rbac_proxy", *KNATIVE, "traefik",
     ]  # fmt: skip
     v = dict(
         line.split("=", 1) for line in (REPO / "versions.env").read_text().splitlines()
         if line and not line.startswith("#") and "=" in line
     )  # fmt: skip
     assert images["pause"][0] == f"registry.k8s.io/pause:{v['PAUSE_VERSION']}"
+    # Knative's programs as `ko resolve --local --preserve-import-paths` names them (the e2e's
+    # serving-core uses these names), Traefik as base/platform/traefik renders it
+    for name in KNATIVE:
+        cmd = name.removeprefix("knative_")
+        want = f"ko.local/knative.dev/serving/cmd/{cmd}:{v['KNATIVE_SERVING_VERSION']}"
+        assert images[name][0] == want
+    assert images["traefik"][0] == f"docker.io/library/traefik:{v['TRAEFIK_VERSION']}"
     # the overlay's image, normalised as containerd's CRI names it
     assert images["ml"][0] == "docker.io/fashion-mnist/ml:0.1.0"
     # the PyTorchJob's image, as the WorkflowTemplate derives it from the pipeline's `image`
@@ -190,7 +198,7 @@ def test_a_shared_helpers_change_rebuilds_the_images_whose_recipes_call_it(clone
     assert changed == {
         "argoexec", "agent", "busybox", "event_display", "training_operator",
         "workflow_controller", "argocli", "kserve_controller", "kserve_llmisvc",
-        "kserve_localmodel", "kube_rbac_proxy",
+        "kserve_localmodel", "kube_rbac_proxy", *KNATIVE, "traefik",
     }  # fmt: skip
 
 
