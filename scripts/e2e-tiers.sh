@@ -29,9 +29,9 @@ source "$ROOT/scripts/lib.sh" # (its die is redefined below: this script's name 
 TOOLS="$ROOT/scripts/tools.sh"
 
 # Seconds of a warm `make e2e` on the slower 2-core CPU (docs/e2e.md, "Tiers": measured on the
-# faster one, about 1,160 and 220; the slower one ran the same tests 1.08 times as long), with
-# room: the core with the cluster's start and teardown, then each tier's own tests. `plan`
-# keeps this much.
+# faster one, about 1,160 for the core, 640 for serving with Knative, 75 for pulumi; the slower
+# one ran the same tests 1.08 times as long), with room: the core with the cluster's start and
+# teardown, then each tier's own tests. `plan` keeps this much.
 CORE_E2E_SECONDS=1500
 TIERS=(serving pulumi)
 # serving: KServe's predictor with its agent and message-dumper on the real node, in both modes:
