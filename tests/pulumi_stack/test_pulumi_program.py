@@ -4,6 +4,7 @@ against the e2e's API server: tests/e2e/test_pulumi.py."""
 
 from __future__ import annotations
 
+import asyncio
 import sys
 from pathlib import Path
 
@@ -41,6 +42,10 @@ class Recorder(pulumi.runtime.Mocks):
 
 @pytest.fixture
 def recorder() -> Recorder:
+    """Pulumi's mocks recording every resource. Pulumi's runtime wants the thread's current
+    event loop (asyncio.get_event_loop); an earlier test in the same worker may have closed or
+    unset it (asyncio.run does), so each test gets a fresh one."""
+    asyncio.set_event_loop(asyncio.new_event_loop())
     rec = Recorder()
     pulumi.runtime.set_mocks(rec, project=program.PROJECT, stack="test", preview=False)
     return rec
