@@ -55,6 +55,16 @@
 #              is in Knative's default registries-skipping-tag-resolving)
 #   traefik    Traefik (hack/tools/traefik.sh) at /usr/local/bin/traefik, USER 65532, under the
 #              name base/platform/traefik renders with
+#   argocd     quay.io/argoproj/argocd:ARGOCD_VERSION   Argo CD's one binary (hack/tools/argocd.sh)
+#              as upstream's Dockerfile lays it out, on Debian bookworm minbase (upstream:
+#              Ubuntu) with its packages (git, tini, gpg, gpg-agent, tzdata, openssh-client,
+#              ca-certificates; not connect-proxy): /usr/local/bin/argocd and the component
+#              names as links to it, the module's hack/gpg-wrapper.sh, git-verify-wrapper.sh and
+#              entrypoint.sh, kustomize (hack/tools/kustomize.sh), /app/config, user argocd
+#              999, ENTRYPOINT tini. Not in it: helm and git-lfs (no Application here uses them)
+#   redis      localhost/fmnist-e2e/redis:bookworm   Debian bookworm's redis-server (7.0; the
+#              install runs Redis 8.2.3, whose image cannot be pulled here), ENTRYPOINT
+#              redis-server, USER 999; tests/e2e/argocd-layer maps the install's name to it
 #
 # Usage:
 #   scripts/e2e-images.sh [IMAGE...]   build what is missing from the cache (default: every
@@ -75,9 +85,12 @@ source "$ROOT/scripts/lib.sh"
 CACHE="${FMNIST_IMAGES_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/fashion-mnist-gitops/images}"
 DEBIAN_MIRROR="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 BASE_REF=localhost/fmnist-python-base:3.11-bookworm
+# Argo CD's Redis, from Debian (tests/e2e/argocd-layer names it: keep them one)
+REDIS_REF=localhost/fmnist-e2e/redis:bookworm
 IMAGES=(pause python ml ml_torch argoexec agent busybox event_display training_operator
   workflow_controller argocli kserve_controller kserve_llmisvc kserve_localmodel kube_rbac_proxy
-  knative_controller knative_webhook knative_activator knative_autoscaler knative_queue traefik)
+  knative_controller knative_webhook knative_activator knative_autoscaler knative_queue traefik
+  argocd redis)
 ALL_IMAGES=("${IMAGES[@]}")
 # the e2e tiers that E2E_SKIP_TIERS skips (scripts/e2e-tiers.sh): their images are left out of
 # the default build, --archives and --list (the real node imports none of them)
@@ -125,6 +138,10 @@ ref_of() { # IMAGE -> the reference pods ask for (what the kubelet's CRI call na
       echo "$r" ;;
     knative_*) echo "ko.local/knative.dev/serving/cmd/${1#knative_}:$KNATIVE_SERVING_VERSION" ;;
     traefik) platform_image traefik traefik traefik ;;
+    argocd) local v
+      v="$(pinned_version ARGOCD_VERSION)" || return 1
+      echo "quay.io/argoproj/argocd:$v" ;;
+    redis) echo "$REDIS_REF" ;;
   esac
 }
 
@@ -150,6 +167,8 @@ inputs_of() { # IMAGE -> what its key hashes besides its recipe and reference
     event_display) bin_digest event_display ;;
     knative_*) bin_digest "knative-${1#knative_}" ;;
     traefik) bin_digest traefik ;;
+    argocd) echo "$DEBIAN_MIRROR bookworm"; bin_digest argocd; bin_digest kustomize ;;
+    redis) echo "$DEBIAN_MIRROR bookworm" ;;
     ml|ml_torch) # the base it is built on, and what .dockerignore lets into the build context
       archive_of python
       (cd "$ROOT" && cat Dockerfile pyproject.toml README.md \
@@ -160,7 +179,7 @@ inputs_of() { # IMAGE -> what its key hashes besides its recipe and reference
 
 # The recipes' shared helpers, in the order they call each other (a helper after its callers):
 # each image's key hashes its recipe and every helper that recipe reaches.
-HELPERS=(build_project ko_like kserve_manager scratch_image tool_bin)
+HELPERS=(build_project ko_like kserve_manager scratch_image tool_bin debian_image)
 recipe_of() { # IMAGE -> the source of its recipe function and of the helpers it calls
   local text helper
   text="$(declare -f "build_$1")"
@@ -192,6 +211,19 @@ build_pause() {
   rm -rf "$dir"
 }
 
+# A container $1 with Debian bookworm minbase and PACKAGES (comma-separated) debootstrapped into
+# it, apt's lists and caches removed; mounted at $2 (the caller unmounts and commits).
+debian_image() { # C MOUNT PACKAGES
+  debootstrap --variant=minbase --include="$3" bookworm "$2" "$DEBIAN_MIRROR" \
+    > "$BUILD_TMP/debootstrap.log" 2>&1 || {
+    tail -20 "$BUILD_TMP/debootstrap.log" >&2
+    buildah umount "$1" >/dev/null; buildah rm "$1" >/dev/null; return 1
+  }
+  rm -rf "$2"/var/lib/apt/lists/* "$2"/var/cache/apt/*.bin "$2"/var/log/*
+}
+
+# (not through debian_image: that would change this recipe's text, its key, and with it the
+# key of ml and ml_torch, built on it)
 build_python() {
   local c m
   c="$(buildah from scratch)"
@@ -296,6 +328,46 @@ build_knative_queue() { ko_like "$2" knative-queue queue; }
 build_traefik() {
   scratch_image "$2" "$(tool_bin traefik)" /usr/local/bin/traefik "" --user 65532:65532 \
     --entrypoint '["/usr/local/bin/traefik"]'
+}
+
+build_argocd() { # upstream's Dockerfile (argocd-base + final stage) on Debian bookworm minbase
+  local c m name mod
+  mod="$(go mod download -json "github.com/argoproj/argo-cd/v3@$(pinned_version ARGOCD_VERSION)" \
+    | "${PYTHON}" -c 'import json, sys; print(json.load(sys.stdin)["Dir"])')"
+  c="$(buildah from scratch)"
+  m="$(buildah mount "$c")"
+  debian_image "$c" "$m" git,tini,ca-certificates,gpg,gpg-agent,tzdata,openssh-client
+  # upstream: groupadd -g 999 argocd && useradd -r -u 999 -g argocd argocd, HOME group-writable
+  echo 'argocd:x:999:' >> "$m/etc/group"
+  echo 'argocd:x:999:999::/home/argocd:/bin/sh' >> "$m/etc/passwd"
+  install -d -o 999 -g 0 -m 0775 "$m/home/argocd"
+  install -m 0755 "$mod/hack/gpg-wrapper.sh" "$mod/hack/git-verify-wrapper.sh" \
+    "$mod/entrypoint.sh" "$m/usr/local/bin/"
+  ln -s entrypoint.sh "$m/usr/local/bin/uid_entrypoint.sh"
+  install -m 0755 "$(tool_bin kustomize)" "$m/usr/local/bin/kustomize"
+  install -d "$m/app/config/ssh" "$m/app/config/tls" "$m/app/config/gpg/source"
+  install -d -o 999 -m 0700 "$m/app/config/gpg/keys"
+  touch "$m/app/config/ssh/ssh_known_hosts"
+  ln -sf /app/config/ssh/ssh_known_hosts "$m/etc/ssh/ssh_known_hosts"
+  install -m 0755 "$(tool_bin argocd)" "$m/usr/local/bin/argocd"
+  for name in argocd-server argocd-repo-server argocd-cmp-server argocd-application-controller \
+    argocd-dex argocd-notifications argocd-applicationset-controller argocd-k8s-auth \
+    argocd-commit-server; do
+    ln -s argocd "$m/usr/local/bin/$name"
+  done
+  buildah umount "$c" >/dev/null
+  buildah config --env USER=argocd --env GRPC_ENABLE_TXT_SERVICE_CONFIG=false --user 999 \
+    --workingdir /home/argocd --entrypoint '["/usr/bin/tini", "--"]' "$c"
+  buildah commit --rm "$c" "$2" >/dev/null
+}
+build_redis() {
+  local c m
+  c="$(buildah from scratch)"
+  m="$(buildah mount "$c")"
+  debian_image "$c" "$m" redis-server
+  buildah umount "$c" >/dev/null
+  buildah config --user 999 --workingdir /tmp --entrypoint '["redis-server"]' "$c"
+  buildah commit --rm "$c" "$2" >/dev/null
 }
 
 build() {

@@ -15,11 +15,12 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 KNATIVE = [f"knative_{n}" for n in ("controller", "webhook", "activator", "autoscaler", "queue")]
 COPIED = ["scripts", "versions.env", "Dockerfile", "pyproject.toml", "README.md", "src",
-          "overlays", "base", ".venv"]  # fmt: skip
+          "overlays", "base", "argocd", "tests/e2e/argocd-layer", ".venv"]  # fmt: skip
 
 
 @pytest.fixture
@@ -33,6 +34,8 @@ def clone(tmp_path: Path) -> Path:
             (root / name).symlink_to(src)
         elif src.is_dir():
             shutil.copytree(src, root / name, ignore=shutil.ignore_patterns("__pycache__"))
+        elif not src.exists():
+            raise FileNotFoundError(src)
         else:
             shutil.copy2(src, root / name)
     return root
@@ -59,6 +62,7 @@ def test_references_are_what_the_pods_ask_for(clone, tmp_path):
         "pause", "python", "ml", "ml_torch", "argoexec", "agent", "busybox", "event_display",
         "training_operator", "workflow_controller", "argocli", "kserve_controller",
         "kserve_llmisvc", "kserve_localmodel", "kube_rbac_proxy", *KNATIVE, "traefik",
+        "argocd", "redis",
     ]  # fmt: skip
     v = dict(
         line.split("=", 1) for line in (REPO / "versions.env").read_text().splitlines()
@@ -72,6 +76,13 @@ def test_references_are_what_the_pods_ask_for(clone, tmp_path):
         want = f"ko.local/knative.dev/serving/cmd/{cmd}:{v['KNATIVE_SERVING_VERSION']}"
         assert images[name][0] == want
     assert images["traefik"][0] == f"docker.io/library/traefik:{v['TRAEFIK_VERSION']}"
+    # Argo CD under the install's own name; Redis under the name the e2e's layer maps to
+    argocd = (REPO / "argocd" / "install" / "kustomization.yaml").read_text()
+    release = re.search(r"argo-cd/(v[0-9.]+)/manifests/install.yaml", argocd).group(1)
+    assert images["argocd"][0] == f"quay.io/argoproj/argocd:{release}"
+    layer = yaml.safe_load((REPO / "tests/e2e/argocd-layer/kustomization.yaml").read_text())
+    (redis,) = layer["images"]
+    assert images["redis"][0] == f"{redis['newName']}:{redis['newTag']}"
     # the overlay's image, normalised as containerd's CRI names it
     assert images["ml"][0] == "docker.io/fashion-mnist/ml:0.1.0"
     # the PyTorchJob's image, as the WorkflowTemplate derives it from the pipeline's `image`
