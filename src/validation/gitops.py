@@ -14,6 +14,10 @@ WAVE = "argocd.argoproj.io/sync-wave"
 # Storage classes of the target clusters that bind on first consumer and are not rendered
 # here: k3s' built-in local-path (local-k3d).
 KNOWN_WAIT_FOR_FIRST_CONSUMER = {"local-path"}
+#: Kinds that Argo CD's built-in health calls Healthy only once a pipeline has run: an
+#: InferenceService is Progressing until its predictor serves a published model version (its
+#: health check wants every condition True).
+PIPELINE_HEALTH = {"InferenceService"}
 CLAIM = re.compile(r'"claimName": "([^"]*)"|"pvc://([^/"]*)')
 
 
@@ -31,17 +35,55 @@ def claims_of(o: Obj) -> set[str]:
 @check("sync-waves")
 def sync_waves(ctx: Context) -> Iterator[Hit]:
     """No first-consumer-bound PVC in an earlier sync wave than its consumers."""
-    classes = ctx.everywhere("StorageClass")
-    wffc = {o.name for o in classes if o.doc.get("volumeBindingMode") == "WaitForFirstConsumer"}
+    wffc = _first_consumer_classes(ctx)
     consumers = [o for o in ctx.ours if not o.embedded_in and o.kind != "PersistentVolumeClaim"]
     for pvc in ctx.kinds("PersistentVolumeClaim"):
-        if dig(pvc.doc, "spec", "storageClassName") not in wffc | KNOWN_WAIT_FOR_FIRST_CONSUMER:
+        if dig(pvc.doc, "spec", "storageClassName") not in wffc:
             continue
         for o in consumers:
             if o.namespace == pvc.namespace and pvc.name in claims_of(o) and wave(o) > wave(pvc):
                 msg = f"wave {wave(pvc)} < wave {wave(o)} of its consumer {o.ref}: the storage"
                 msg += " class binds on first consumer, the PVC stays Pending and Argo CD never"
                 yield pvc, f"metadata.annotations[{WAVE}]", f"{msg} reaches that wave"
+
+
+def _first_consumer_classes(ctx: Context) -> set[str]:
+    classes = ctx.everywhere("StorageClass")
+    wffc = {o.name for o in classes if o.doc.get("volumeBindingMode") == "WaitForFirstConsumer"}
+    return wffc | KNOWN_WAIT_FOR_FIRST_CONSUMER
+
+
+def _unhealthy_until_a_run(o: Obj, wffc: set[str]) -> bool:
+    """Whether ``o`` cannot be Healthy before a pipeline run: a kind of
+    :data:`PIPELINE_HEALTH`, or a PVC that binds on first consumer (Pending: Progressing)."""
+    pvc = o.kind == "PersistentVolumeClaim"
+    return o.kind in PIPELINE_HEALTH or (pvc and dig(o.doc, "spec", "storageClassName") in wffc)
+
+
+@check("wave-health")
+def wave_health(ctx: Context) -> Iterator[Hit]:
+    """Nothing that is Healthy only after a pipeline run holds a sync: in an Application whose
+    resources span sync waves, such a resource (and a child Application syncing one) is in the
+    last wave. gitops-engine (pkg/sync/sync_context.go) waits for every resource of a wave to be
+    Healthy before it applies the next one, and ends the operation once the last wave is
+    applied; while an operation runs, automated sync skips every later push, the fix included."""
+    wffc = _first_consumer_classes(ctx)
+    for app in ctx.kinds("Application"):
+        if not (synced := ctx.rendered.get(str(dig(app.doc, "spec", "source", "path")))):
+            continue
+        last = max(wave(o) for o in synced)
+        for o in (o for o in synced if not o.embedded_in and wave(o) < last):
+            why = ""
+            if _unhealthy_until_a_run(o, wffc):
+                why = f"{o.ref} is not Healthy until a pipeline has run"
+            elif o.kind == "Application":
+                child = ctx.rendered.get(str(dig(o.doc, "spec", "source", "path"))) or []
+                if held := [c.ref for c in child if _unhealthy_until_a_run(c, wffc)]:
+                    why = f"{o.ref} is not Healthy until a pipeline has run ({', '.join(held)})"
+            if why:
+                msg = f"wave {wave(o)} of {app.ref}, before its last wave {last}: {why}, so each"
+                msg += " sync waits there and automated sync skips every later push; put it in"
+                yield o, f"metadata.annotations[{WAVE}]", msg + f" wave {last}"
 
 
 @check("argocd-drift")

@@ -59,6 +59,28 @@ def test_storage_class_rendered_with_first_consumer_binding(broken):
     assert only(broken.check("overlays/gpu-cloud"), "sync-waves")
 
 
+ISVC = "base/ml/serving/inferenceservice.yaml"
+ML_APP = "argocd/apps/common/ml-app.yaml"
+
+
+def test_a_resource_healthy_only_after_a_run_is_in_the_last_wave(broken):
+    assert not [f for f in broken.check(APPS, "overlays/local-k3d") if f.check == "wave-health"]
+    broken.edit(ISVC, in_wave("-1"))
+    (f,) = only(broken.check(APPS, "overlays/local-k3d"), "wave-health")
+    assert (f.obj, f.field) == (
+        "InferenceService/fashion-mnist/fashion-mnist",
+        f"metadata.annotations[{WAVE}]",
+    )
+    assert "before its last wave 0" in f.message and "Application/argocd/fashion-mnist" in f.message
+
+
+def test_an_application_syncing_such_a_resource_is_in_its_parents_last_wave(broken):
+    broken.edit(ML_APP, in_wave("-1"))
+    hits = only(broken.check(APPS, "overlays/local-k3d"), "wave-health")
+    (f,) = [f for f in hits if f.obj == "Application/argocd/fashion-mnist"]
+    assert "Application/argocd/root" in f.message and "InferenceService" in f.message
+
+
 def test_memoize_cache_in_git_is_ignored_by_argocd(broken):
     broken.append("base/ml/pipeline/rbac.yaml", CACHE)
     (f,) = only(broken.check(APPS, "overlays/local-k3d"), "argocd-drift")
