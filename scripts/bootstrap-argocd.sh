@@ -15,6 +15,11 @@ Argo CD then syncs from the repository set in argocd/apps/common/repository.yaml
 your fork and push first (docs/gitops.md). Idempotent. Prerequisites not managed by Argo CD:
 cert-manager and Knative Serving + Traefik (scripts/install-platform.sh installs them).
 Env: UPSTREAM_MIRROR_DIR   offline: Argo CD's install manifest from this mirror (../shared/upstream).
+     ARGOCD_LAYER_DIR      a kustomize layer over the rendered install: its kustomization.yaml
+                           names \`rendered.yaml\` (argocd/install as rendered) and patches what
+                           a cluster needs over the pinned install (an air-gapped cluster's
+                           imagePullPolicy, say). The e2e's: tests/e2e/argocd-layer
+     ARGOCD_TIMEOUT        seconds to wait for each rollout (default 300)
 USAGE
   wants_help "${1:-}" && exit 0
   exit 2
@@ -22,10 +27,23 @@ fi
 APPS="${REPO_ROOT}/argocd/apps/$(environment "$1")"
 WORK="$(mktemp -d)"
 trap 'rm -rf "${WORK}"' EXIT
+TIMEOUT="$(seconds ARGOCD_TIMEOUT "${ARGOCD_TIMEOUT:-300}")"
+LAYER="${ARGOCD_LAYER_DIR:-}"
+if [[ -n "${LAYER}" ]]; then
+  [[ -f "${LAYER}/kustomization.yaml" ]] || die "ARGOCD_LAYER_DIR=${LAYER} has no kustomization.yaml"
+  grep -q 'rendered\.yaml' "${LAYER}/kustomization.yaml" \
+    || die "${LAYER}/kustomization.yaml does not name rendered.yaml (the install as rendered)"
+fi
 mirror_kustomization "${REPO_ROOT}/argocd/install" "${WORK}/install"
-"${KUBECTL}" apply --server-side --force-conflicts -k "${WORK}/install"
-"${KUBECTL}" -n argocd rollout status deploy --timeout=300s
-"${KUBECTL}" -n argocd rollout status statefulset/argocd-application-controller --timeout=300s
+"${KUBECTL}" kustomize "${WORK}/install" > "${WORK}/install.yaml"
+if [[ -n "${LAYER}" ]]; then
+  cp -rL "${LAYER}" "${WORK}/layer"
+  mv "${WORK}/install.yaml" "${WORK}/layer/rendered.yaml"
+  "${KUBECTL}" kustomize "${WORK}/layer" > "${WORK}/install.yaml"
+fi
+"${KUBECTL}" apply --server-side --force-conflicts -f "${WORK}/install.yaml"
+"${KUBECTL}" -n argocd rollout status deploy --timeout="${TIMEOUT}s"
+"${KUBECTL}" -n argocd rollout status statefulset/argocd-application-controller --timeout="${TIMEOUT}s"
 "${KUBECTL}" apply --server-side -k "${APPS}" -l "${BOOTSTRAP_SELECTOR}"
 log "Argo CD syncs $1 from $("${KUBECTL}" -n argocd get application root -o jsonpath='{.spec.source.repoURL}')"
 log "watch: kubectl -n argocd get applications"

@@ -33,7 +33,7 @@ TOOLS="$ROOT/scripts/tools.sh"
 # one ran the same tests 1.08 times as long), with room: the core with the cluster's start and
 # teardown, then each tier's own tests. `plan` keeps this much.
 CORE_E2E_SECONDS=1500
-TIERS=(serving pulumi)
+TIERS=(serving gitops pulumi)
 # serving: KServe's predictor with its agent and message-dumper on the real node, in both modes:
 # Standard mode's HPA (metrics-server) under Locust, and Serverless mode: Knative Serving and
 # Traefik as pods (without this tier the platform has Knative's CRDs only: tests/e2e/
@@ -43,6 +43,13 @@ serving_IMAGES=(agent event_display knative_controller knative_webhook knative_a
   knative_autoscaler knative_queue traefik)
 serving_TESTS=(tests/e2e/test_real_serving.py tests/e2e/test_serverless.py)
 serving_E2E_SECONDS=780
+# gitops: Argo CD (its one binary, with kustomize and git in its image) and Redis as the pods of
+# argocd/install on the real node, bootstrapped by scripts/bootstrap-argocd.sh from a git server
+# of the run, syncing every Application; pushes through the webhook and by polling
+gitops_TOOLS=(argocd kustomize)
+gitops_IMAGES=(argocd redis)
+gitops_TESTS=(tests/e2e/test_argocd.py)
+gitops_E2E_SECONDS=600
 # pulumi: scripts/pulumi.sh up/preview/destroy of the ML layer (pulumi/) with the CLI and the
 # Kubernetes provider built here; no image (its --train run's pods stay Pending: no volume)
 pulumi_TOOLS=(pulumi pulumi-kubernetes)

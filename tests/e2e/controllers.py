@@ -213,9 +213,11 @@ class CertManagerStandIn(threading.Thread):
       only ``caBundle``; ``clientConfig.service`` stays upstream's). CRDs are listed by their
       metadata only (the installs' CRDs are about 10 MB) and read when annotated.
 
+    - set ``Ready=True`` on each selfSigned Issuer, as cert-manager does (:meth:`ready_issuers`).
+
     Each Certificate and each target is handled on its own: one that fails does not stop the
     others. ``errors`` holds the failures of the last pass, one per object (the tests assert
-    it is empty). Not done: renewal, Issuer status, any issuer type's own semantics (the
+    it is empty). Not done: renewal, any issuer type's own semantics (the
     e2e's only Issuer is KServe's selfSigned one).
     """
 
@@ -290,25 +292,42 @@ class CertManagerStandIn(threading.Thread):
             },
         }
         core.create_namespaced_secret(ns, body)
-        now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        status = {
-            "conditions": [
-                {
-                    "type": "Ready",
-                    "status": "True",
-                    "reason": "Ready",
-                    "message": "Certificate is up to date and has not expired",
-                    "lastTransitionTime": now,
-                    "observedGeneration": meta.get("generation", 1),
-                }
-            ],
-            "revision": 1,
-        }
+        ready = _ready("Ready", "Certificate is up to date and has not expired", meta)
         # a dict: a merge patch (the client sends a list as a merge patch too, which fails)
         custom.patch_namespaced_custom_object_status(
-            "cert-manager.io", "v1", ns, "certificates", name, {"status": status}
-        )
+            "cert-manager.io", "v1", ns, "certificates", name,
+            {"status": {"conditions": [ready], "revision": 1}},
+        )  # fmt: skip
         return certs.ca_cert
+
+    def ready_issuers(self, problems: dict[str, str]) -> None:
+        """Each selfSigned Issuer without ``Ready=True`` gets it, as cert-manager's issuer
+        controller sets it (reason IsReady; the selfSigned issuer needs no setup), so that
+        what reads an Issuer's health (Argo CD) sees it Ready. Other issuer types are left
+        alone (none is installed here)."""
+        from kubernetes.client.exceptions import ApiException
+
+        _, custom, _, _ = self._clients()
+        try:
+            issuers = custom.list_cluster_custom_object("cert-manager.io", "v1", "issuers")
+        except ApiException as e:
+            if e.status != 404:
+                raise
+            return
+        for issuer in issuers["items"]:
+            meta = issuer["metadata"]
+            conds = (issuer.get("status") or {}).get("conditions") or []
+            if "selfSigned" not in issuer["spec"] or any(
+                c["type"] == "Ready" and c["status"] == "True" for c in conds
+            ):
+                continue
+            try:
+                custom.patch_namespaced_custom_object_status(
+                    "cert-manager.io", "v1", meta["namespace"], "issuers", meta["name"],
+                    {"status": {"conditions": [_ready("IsReady", "", meta)]}},
+                )  # fmt: skip
+            except Exception as e:  # noqa: BLE001 - reported, the pass goes on
+                problems[f"Issuer {meta['namespace']}/{meta['name']}"] = _why(e)
 
     def _annotated_crds(self) -> dict[str, str]:
         """Name -> resourceVersion of the CRDs annotated :data:`INJECT_CA_FROM`, from a
@@ -397,6 +416,7 @@ class CertManagerStandIn(threading.Thread):
             except Exception as e:  # noqa: BLE001 - reported, the pass goes on
                 problems[f"Certificate {key}"] = _why(e)
         self.cas = cas
+        self.ready_issuers(problems)
         self.inject(problems)
         self.errors = [f"{what}: {why}" for what, why in sorted(problems.items())]
 
@@ -412,6 +432,18 @@ class CertManagerStandIn(threading.Thread):
         """Stop (joins the thread)."""
         self._halt.set()
         self.join(timeout=10)
+
+
+def _ready(reason: str, message: str, meta: dict) -> dict:
+    """cert-manager's ``Ready=True`` condition for an object of metadata ``meta``."""
+    return {
+        "type": "Ready",
+        "status": "True",
+        "reason": reason,
+        "message": message,
+        "lastTransitionTime": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "observedGeneration": meta.get("generation", 1),
+    }
 
 
 def _why(e: BaseException) -> str:
@@ -615,14 +647,14 @@ def _run(argv: list[str]) -> str:
     return proc.stdout
 
 
-def place_on_real_node(admin: Path) -> None:
-    """Create the namespaces of :data:`POD_NAMESPACES` with the real node's placement
-    annotations (real_node.placement_annotations; server-side apply under a field manager of
-    the e2e's own, so the install's apply of the same Namespace keeps them). Without a real
-    node the controllers run nowhere: real_node.node_name fails (or skips, in a cluster
+def place_on_real_node(admin: Path, namespaces: tuple[str, ...] = ()) -> None:
+    """Create ``namespaces`` (default: those of :func:`pod_namespaces`) with the real node's
+    placement annotations (real_node.placement_annotations; server-side apply under a field
+    manager of the e2e's own, so the install's apply of the same Namespace keeps them). Without
+    a real node the controllers run nowhere: real_node.node_name fails (or skips, in a cluster
     started with FMNIST_E2E_REAL_NODE=0)."""
     real_node.node_name()
-    for ns in pod_namespaces():
+    for ns in namespaces or tuple(pod_namespaces()):
         body = {
             "apiVersion": "v1",
             "kind": "Namespace",

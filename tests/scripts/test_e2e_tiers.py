@@ -18,8 +18,10 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 TIERS = REPO / "scripts" / "e2e-tiers.sh"
 SERVING_TOOLS = {"kserve-agent", "metrics-server", "event-display", "knative-serving", "traefik"}
+GITOPS_TOOLS = {"argocd", "kustomize"}
 PULUMI_TOOLS = {"pulumi", "pulumi-kubernetes"}
-TIER_TOOLS = SERVING_TOOLS | PULUMI_TOOLS
+LATER_TOOLS = GITOPS_TOOLS | PULUMI_TOOLS  # the tiers after serving
+TIER_TOOLS = SERVING_TOOLS | LATER_TOOLS
 SERVING_IGNORED = [
     "--ignore=tests/e2e/test_real_serving.py",
     "--ignore=tests/e2e/test_serverless.py",
@@ -82,7 +84,7 @@ def test_the_core_and_the_tiers_split_every_recipe_image_and_module(tmp_path):
     ).stdout.split()  # fmt: skip
     assert set(lines(run("images", cache=tmp_path))) == set(images)
     core_images = set(lines(run("images", "--core", cache=tmp_path)))
-    assert set(images) - core_images == {"agent", "event_display", "traefik"} | {
+    assert set(images) - core_images == {"agent", "event_display", "traefik", "argocd", "redis"} | {
         f"knative_{n}" for n in ("controller", "webhook", "activator", "autoscaler", "queue")
     }
     for arg in lines(run("pytest-args", cache=tmp_path, skip="serving")):
@@ -111,8 +113,9 @@ def test_an_unknown_tier_is_refused_naming_it(tmp_path, command):
 
 def test_plan_skips_a_tier_not_built_in_time_and_says_why(tmp_path):
     proc = run("plan", str(int(time.time()) + 60), cache=tmp_path)
-    assert lines(proc) == ["serving", "pulumi"]
+    assert lines(proc) == ["serving", "gitops", "pulumi"]
     assert "SKIPPING tier serving" in proc.stderr and "kserve-agent" in proc.stderr
+    assert "SKIPPING tier gitops" in proc.stderr and "argocd kustomize" in proc.stderr
     assert "SKIPPING tier pulumi" in proc.stderr and "pulumi-kubernetes" in proc.stderr
     assert "left of the budget" in proc.stderr
 
@@ -120,7 +123,7 @@ def test_plan_skips_a_tier_not_built_in_time_and_says_why(tmp_path):
 def test_plan_skips_only_the_tier_that_is_not_built(tmp_path):
     mark_built(tmp_path, SERVING_TOOLS)
     proc = run("plan", str(int(time.time()) + 60), cache=tmp_path)
-    assert lines(proc) == ["pulumi"]
+    assert lines(proc) == ["gitops", "pulumi"]
     assert "SKIPPING tier serving" not in proc.stderr
 
 
@@ -146,7 +149,7 @@ def test_plan_skips_a_tier_whose_build_ended_without_it_and_says_so(tmp_path):
     build = fake_build(tmp_path, 1, builds=False)
     build.wait()
     proc = run("plan", str(int(time.time()) + 10_000), str(build.pid), cache=tmp_path)
-    assert lines(proc) == ["serving", "pulumi"]
+    assert lines(proc) == ["serving", "gitops", "pulumi"]
     assert "their build" in proc.stderr and "has ended" in proc.stderr, proc.stderr
 
 
@@ -155,7 +158,7 @@ def test_plan_does_not_wait_for_a_build_past_the_budget(tmp_path):
     build = fake_build(tmp_path, 300)
     try:
         proc = run("plan", str(int(time.time()) + 600), str(build.pid), cache=tmp_path, timeout=60)
-        assert lines(proc) == ["serving", "pulumi"]
+        assert lines(proc) == ["serving", "gitops", "pulumi"]
         assert "left of the budget" in proc.stderr, proc.stderr
         assert build.poll() is None  # still building: plan did not wait for it
     finally:
@@ -179,20 +182,20 @@ def test_bad_arguments_are_refused(tmp_path, args):
 
 
 def test_plan_keeps_time_only_for_the_tiers_that_will_run(tmp_path):
-    """Waiting for serving's tools, `plan` keeps the time of the core, serving and of a later
-    tier only when that one is built (it will run): with pulumi built, a budget that fits the
-    core and serving but not pulumi too is not waited on; with pulumi not built it is waited on
-    (about 8 s here), and pulumi is then judged in its turn (its build ends: skipped)."""
+    """Waiting for serving's tools, `plan` keeps the time of the core, serving and of the later
+    tiers only when they are built (they will run): with gitops and pulumi built, a budget that
+    fits the core and serving but not them too is not waited on; with them not built it is
+    waited on (about 8 s here), and each is then judged in its turn (the build ends: skipped)."""
     tiers = REPO / "scripts" / "e2e-tiers.sh"
     core, serving = (
         int(next(ln.split("=")[1] for ln in tiers.read_text().splitlines() if ln.startswith(key)))
         for key in ("CORE_E2E_SECONDS=", "serving_E2E_SECONDS=")
     )
     waited, skipped = {}, {}
-    for pulumi_built in (True, False):
-        cache = tmp_path / str(pulumi_built)
-        if pulumi_built:
-            mark_built(cache, PULUMI_TOOLS)
+    for later_built in (True, False):
+        cache = tmp_path / str(later_built)
+        if later_built:
+            mark_built(cache, LATER_TOOLS)
         build = subprocess.Popen(["sleep", "14"])  # builds nothing
         # reaped as soon as it ends (a zombie would still answer `kill -0`)
         threading.Thread(target=build.wait, daemon=True).start()
@@ -200,9 +203,9 @@ def test_plan_keeps_time_only_for_the_tiers_that_will_run(tmp_path):
             t0 = time.monotonic()
             deadline = int(time.time()) + core + serving + 8  # room for serving alone, ~8 s
             proc = run("plan", str(deadline), str(build.pid), cache=cache, timeout=60)
-            waited[pulumi_built] = time.monotonic() - t0
-            skipped[pulumi_built] = lines(proc)
+            waited[later_built] = time.monotonic() - t0
+            skipped[later_built] = lines(proc)
         finally:
             build.kill()
-    assert skipped == {True: ["serving"], False: ["serving", "pulumi"]}, skipped
+    assert skipped == {True: ["serving"], False: ["serving", "gitops", "pulumi"]}, skipped
     assert waited[True] < 4 <= waited[False], waited

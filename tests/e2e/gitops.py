@@ -1,0 +1,172 @@
+"""The GitOps flow of docs/gitops.md in the e2e: a git server of the run serving the tree under
+test, Argo CD bootstrapped from a clone of it by ``scripts/bootstrap-argocd.sh``, and helpers
+to read what Argo CD reports.
+
+The served repository (:func:`served_tree`) is the tree under test (tracked and untracked files
+that git does not ignore, as ``git ls-files -co --exclude-standard`` lists them), then two
+commits of the e2e's own, then the user's first step:
+
+1. ``the tree under test``;
+2. ``e2e: offline`` - each pinned remote base that Argo CD renders replaced by its
+   ``../shared/upstream`` mirror file (``scripts/lib.sh`` mirror_kustomization, as ``make
+   validate`` and the installs render them offline; argocd/install keeps its URL:
+   bootstrap-argocd.sh renders it with UPSTREAM_MIRROR_DIR, as a user offline would), and each ``base/platform/<part>`` that tests/e2e/platform-layer has a layer for
+   rendered through that layer (``rendered.yaml`` + the layer's kustomization), so that Argo CD
+   syncs the platform exactly as ``scripts/install-platform.sh`` installed it here (KServe's
+   imagePullPolicy and requests: tests/e2e/platform-layer/kserve);
+3. ``Set the repository URL`` - docs/gitops.md's step 1: ``argocd/apps/common/repository.yaml``
+   names this server's URL.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import controllers
+import yaml
+from e2e_kube import REPO_ROOT, Kubectl
+from git_server import git
+
+#: The served repository's name (its clone URL ends in ``/<this>.git``).
+REPO_NAME = "fashion-mnist-gitops"
+#: The e2e's layer over Argo CD's install (bootstrap-argocd.sh ARGOCD_LAYER_DIR).
+ARGOCD_LAYER = Path(__file__).resolve().parent / "argocd-layer"
+AUTHOR = {
+    "GIT_AUTHOR_NAME": "e2e",
+    "GIT_AUTHOR_EMAIL": "e2e@fashion-mnist.example.com",
+    "GIT_COMMITTER_NAME": "e2e",
+    "GIT_COMMITTER_EMAIL": "e2e@fashion-mnist.example.com",
+}
+
+
+def commit(tree: Path, message: str) -> str:
+    """``git add -A`` and commit everything in ``tree`` as the e2e's author; the new revision."""
+    git("add", "-A", cwd=tree)
+    git("commit", "--quiet", "--allow-empty", "-m", message, cwd=tree, env=AUTHOR)
+    return git("rev-parse", "HEAD", cwd=tree).strip()
+
+
+def push(tree: Path) -> subprocess.CompletedProcess[str]:
+    """``git push origin HEAD:main`` from ``tree`` (the hook's ``remote:`` lines in stderr)."""
+    return subprocess.run(
+        ["git", "-c", "http.postBuffer=1073741824", "push", "origin", "HEAD:main"],
+        cwd=tree,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def _remote_kustomizations(tree: Path) -> list[Path]:
+    """The kustomization directories of ``tree`` with a remote resource (a URL) that Argo CD
+    renders: not argocd/install (bootstrap-argocd.sh renders it, offline with
+    UPSTREAM_MIRROR_DIR, and reads the release from its URL) nor the tests' own."""
+    found = []
+    for k in sorted(tree.rglob("kustomization.yaml")):
+        rel = k.relative_to(tree).parts
+        if rel[0] in (".git", "tests") or rel[:2] == ("argocd", "install"):
+            continue
+        resources = (yaml.safe_load(k.read_text()) or {}).get("resources") or []
+        if any("://" in r or r.startswith("github.com/") for r in resources):
+            found.append(k.parent)
+    return found
+
+
+def _offline(tree: Path, mirror: Path, kubectl: str) -> None:
+    """Commit 2 of the module docstring, in ``tree``."""
+    env = {**os.environ, "UPSTREAM_MIRROR_DIR": str(mirror), "KUBECTL": kubectl}
+    for d in _remote_kustomizations(tree):
+        tmp = d.with_name(d.name + ".offline")
+        script = 'source scripts/lib.sh && mirror_kustomization "$1" "$2"'
+        subprocess.run(["bash", "-c", script, "-", str(d), str(tmp)], cwd=tree, env=env, check=True)
+        shutil.rmtree(d)
+        tmp.rename(d)
+    for layer in sorted(controllers.PLATFORM_LAYER.iterdir()):
+        part = tree / "base" / "platform" / layer.name
+        if not (part / "kustomization.yaml").is_file():
+            continue  # a part of the install that is no directory of base/platform (serving-core)
+        rendered = subprocess.run(
+            [kubectl, "kustomize", str(part)], capture_output=True, text=True, check=True
+        ).stdout
+        shutil.rmtree(part)
+        shutil.copytree(layer, part)
+        (part / "rendered.yaml").write_text(rendered)
+
+
+def served_tree(work: Path, url: str, mirror: Path, kubectl: str) -> Path:
+    """The working tree of the served repository (module docstring), committed, with ``origin``
+    at ``url``; returns its path (``work/served``)."""
+    tree = work / "served"
+    files = git("ls-files", "-co", "--exclude-standard", "-z", cwd=REPO_ROOT).split("\0")
+    for f in filter(None, files):
+        src = REPO_ROOT / f
+        if src.is_file():  # (a tracked file deleted in the tree under test is not served)
+            (tree / f).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, tree / f)
+    git("init", "--quiet", "--initial-branch=main", str(tree))
+    commit(tree, "the tree under test")
+    _offline(tree, mirror, kubectl)
+    commit(tree, "e2e: offline (remote bases from ../shared/upstream) and the e2e's platform layer")
+    repo = tree / "argocd" / "apps" / "common" / "repository.yaml"
+    doc = yaml.safe_load(repo.read_text())
+    doc["data"] = {"url": url, "revision": "main"}
+    repo.write_text(yaml.safe_dump(doc, sort_keys=False))
+    commit(tree, "Set the repository URL")
+    git("remote", "add", "origin", url, cwd=tree)
+    return tree
+
+
+# --- what Argo CD reports ------------------------------------------------------------------------
+
+
+def app(kubectl: Kubectl, name: str) -> dict:
+    """Application ``name`` of namespace argocd (``{}`` while it does not exist)."""
+    proc = kubectl.run("get", "applications.argoproj.io", name, "-n", "argocd", "-o", "json")
+    return yaml.safe_load(proc.stdout) if proc.returncode == 0 else {}
+
+
+def state(application: dict) -> tuple[str, str, str]:
+    """(sync status, health status, synced revision) of an Application ('' where unset)."""
+    st = application.get("status") or {}
+    sync = st.get("sync") or {}
+    return (
+        sync.get("status", ""),
+        (st.get("health") or {}).get("status", ""),
+        sync.get("revision", ""),
+    )
+
+
+def describe(kubectl: Kubectl) -> str:
+    """One line per Application: name, sync, health, revision, operation phase, conditions."""
+    items = kubectl.json("get", "applications.argoproj.io", "-n", "argocd")["items"]
+    lines = []
+    for a in items:
+        st = a.get("status") or {}
+        op = st.get("operationState") or {}
+        conds = [f"{c['type']}: {c.get('message', '')[:300]}" for c in st.get("conditions") or []]
+        lines.append(
+            f"{a['metadata']['name']}: {state(a)[:2]} rev={state(a)[2][:8]} "
+            f"op={op.get('phase')} {op.get('message', '')[:300]!r} {conds}"
+        )
+    return "\n".join(lines)
+
+
+def wait_synced(kubectl: Kubectl, name: str, revision: str, timeout: float) -> float:
+    """Seconds until Application ``name`` is Synced at ``revision`` with no operation running;
+    AssertionError (with every Application's state) after ``timeout``."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        a = app(kubectl, name)
+        sync, _, rev = state(a)
+        op = ((a.get("status") or {}).get("operationState") or {}).get("phase")
+        if sync == "Synced" and rev == revision and op != "Running":
+            return time.monotonic() - t0
+        time.sleep(0.5)
+    raise AssertionError(
+        f"{name} not Synced at {revision[:8]} in {timeout:.0f}s:\n{describe(kubectl)}"
+    )
