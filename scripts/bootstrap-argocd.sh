@@ -41,7 +41,15 @@ if [[ -n "${LAYER}" ]]; then
   mv "${WORK}/install.yaml" "${WORK}/layer/rendered.yaml"
   "${KUBECTL}" kustomize "${WORK}/layer" > "${WORK}/install.yaml"
 fi
+# argocd-cmd-params-cm is read by the components at start (e.g. argocd/install's server-side diff):
+# when an upgrade or a changed patch changes it, the running ones are restarted
+params() { "${KUBECTL}" -n argocd get configmap argocd-cmd-params-cm -o jsonpath='{.data}' 2>/dev/null || true; }
+before="$(params)"
 "${KUBECTL}" apply --server-side --force-conflicts -f "${WORK}/install.yaml"
+if [[ -n "${before}" && "$(params)" != "${before}" ]]; then
+  log "argocd-cmd-params-cm changed: restarting Argo CD's components"
+  "${KUBECTL}" -n argocd rollout restart deployment,statefulset
+fi
 "${KUBECTL}" -n argocd rollout status deploy --timeout="${TIMEOUT}s"
 "${KUBECTL}" -n argocd rollout status statefulset/argocd-application-controller --timeout="${TIMEOUT}s"
 "${KUBECTL}" apply --server-side -k "${APPS}" -l "${BOOTSTRAP_SELECTOR}"
