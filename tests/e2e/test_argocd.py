@@ -365,8 +365,9 @@ def _add_resource(setup: GitOps, name: str, doc: dict) -> str:
     return before
 
 
-def _configmap(name: str) -> dict:
-    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": {"a": "1"}}
+def _service_account(name: str) -> dict:
+    """A ServiceAccount: a kind the ML app's AppProject permits (a ConfigMap it refuses)."""
+    return {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name}}
 
 
 def _exists(kubectl: Kubectl, kind: str, name: str) -> bool:
@@ -375,15 +376,17 @@ def _exists(kubectl: Kubectl, kind: str, name: str) -> bool:
 
 def test_a_manifest_removed_from_git_is_pruned(setup: GitOps, kubectl: Kubectl):
     """The ML app syncs with ``prune: true``: what git no longer holds leaves the cluster."""
-    before = _add_resource(setup, "e2e-extra.yaml", _configmap("e2e-extra"))
-    rev, _, _ = _push_change(setup, "an extra ConfigMap")
+    before = _add_resource(setup, "e2e-extra.yaml", _service_account("e2e-extra"))
+    rev, _, _ = _push_change(setup, "an extra ServiceAccount")
     gitops.wait_synced(kubectl, ML_APP, rev, timeout=RECONCILIATION_S * 3)
-    assert _exists(kubectl, "configmap", "e2e-extra")
+    assert _exists(kubectl, "serviceaccount", "e2e-extra")
     _ml_kustomization(setup).write_text(before)
     (_ml_kustomization(setup).parent / "e2e-extra.yaml").unlink()
-    rev, _, _ = _push_change(setup, "remove the extra ConfigMap")
+    rev, _, _ = _push_change(setup, "remove the extra ServiceAccount")
     gitops.wait_synced(kubectl, ML_APP, rev, timeout=RECONCILIATION_S * 3)
-    wait_until(lambda: not _exists(kubectl, "configmap", "e2e-extra"), timeout=30, what="pruned")
+    wait_until(
+        lambda: not _exists(kubectl, "serviceaccount", "e2e-extra"), timeout=30, what="pruned"
+    )
 
 
 def test_an_object_the_api_server_refuses_fails_the_sync_and_the_next_push_recovers(
@@ -394,7 +397,7 @@ def test_an_object_the_api_server_refuses_fails_the_sync_and_the_next_push_recov
     dry run fails first); the next good push syncs although the failed sync is still retrying
     (``retry.refresh: true``: a retry takes the newest revision)."""
     before_workers = _live_param(kubectl, "workers")
-    before = _add_resource(setup, "e2e-bad.yaml", _configmap("Not_A_DNS_Name"))
+    before = _add_resource(setup, "e2e-bad.yaml", _service_account("Not_A_DNS_Name"))
     _edit_environment(setup.user, "workers", "4")
     rev, _, _ = _push_change(setup, "an object the API server refuses")
 
