@@ -25,6 +25,18 @@ USAGE
   exit 2
 fi
 APPS="${REPO_ROOT}/argocd/apps/$(environment "$1")"
+# docs/gitops.md step 1, checked before any change: Argo CD would sync from the placeholder
+REPO_URL="$("${KUBECTL}" kustomize "${APPS}" | "${PYTHON}" -c '
+import sys
+import yaml
+for doc in yaml.safe_load_all(sys.stdin):
+    if doc and doc.get("kind") == "Application" and doc["metadata"]["name"] == "root":
+        print(doc["spec"]["source"]["repoURL"])
+')"
+[[ -n "${REPO_URL}" ]] || die "argocd/apps/$1 renders no root Application"
+if [[ "${REPO_URL}" == https://github.com/example/* ]]; then
+  die "argocd/apps/common/repository.yaml still names the placeholder ${REPO_URL}: set url to your fork, commit and push first (docs/gitops.md, GitOps flow, step 1)"
+fi
 WORK="$(mktemp -d)"
 trap 'rm -rf "${WORK}"' EXIT
 TIMEOUT="$(seconds ARGOCD_TIMEOUT "${ARGOCD_TIMEOUT:-300}")"
