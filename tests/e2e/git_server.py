@@ -38,6 +38,15 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 #: The environment of ``git http-backend`` that the post-receive hook reads its webhook from.
 HOOK_ENV = ("FMNIST_GIT_WEBHOOK_URL", "FMNIST_GIT_WEBHOOK_SECRET", "FMNIST_GIT_WEB_URL")
+#: The CGI variables (RFC 3875) passed from a request to ``git http-backend``, besides HTTP_*;
+#: nothing else of the test process's environment reaches it or its hook (no GIT_*, no proxy).
+CGI_VARS = (
+    "REQUEST_METHOD", "QUERY_STRING", "CONTENT_TYPE", "CONTENT_LENGTH", "PATH_INFO",
+    "REMOTE_ADDR", "SERVER_NAME", "SERVER_PORT", "SERVER_PROTOCOL", "GATEWAY_INTERFACE",
+)  # fmt: skip
+#: The largest request body accepted (a push of this repository is a few MB).
+MAX_BODY = 512 * 1024 * 1024
+ZERO = "0" * 40
 
 
 class _Server(ThreadingMixIn, WSGIServer):
@@ -111,19 +120,32 @@ class GitServer:
         return path
 
     def _app(self, environ, start_response):
+        def refuse(status: str, why: str):
+            start_response(status, [("Content-Type", "text/plain")])
+            return [why.encode() + b"\n"]
+
         if environ.get("HTTP_TRANSFER_ENCODING", "").lower() == "chunked":
-            start_response("411 Length Required", [("Content-Type", "text/plain")])
-            return [b"this server needs a Content-Length (set http.postBuffer higher)\n"]
-        length = int(environ.get("CONTENT_LENGTH") or 0)
-        body = environ["wsgi.input"].read(length) if length else b""
-        env = {k: v for k, v in environ.items() if k.isupper() and isinstance(v, str)}
+            return refuse(
+                "411 Length Required", "a Content-Length is needed (set http.postBuffer higher)"
+            )
+        raw = environ.get("CONTENT_LENGTH") or "0"
+        if not raw.isdigit():
+            return refuse(
+                "400 Bad Request", f"Content-Length must be a number of bytes, got {raw!r}"
+            )
+        if int(raw) > MAX_BODY:
+            return refuse("413 Content Too Large", f"a body of at most {MAX_BODY} bytes")
+        body = environ["wsgi.input"].read(int(raw)) if int(raw) else b""
+        env = {k: v for k, v in environ.items() if k in CGI_VARS or k.startswith("HTTP_")}
         env.update(
             PATH=os.environ.get("PATH", "/usr/bin:/bin"),
             GIT_PROJECT_ROOT=str(self.root),
             GIT_HTTP_EXPORT_ALL="1",
             REMOTE_USER="e2e",
         )
-        name = environ.get("PATH_INFO", "").lstrip("/").split(".git/")[0]
+        # the repository's name: the path's first component, with or without ".git" (git
+        # http-backend finds <name>.git for both)
+        name = environ.get("PATH_INFO", "").lstrip("/").split("/")[0].removesuffix(".git")
         if hook := self.webhooks.get(name):
             env.update(
                 FMNIST_GIT_WEBHOOK_URL=hook.url,
@@ -163,13 +185,13 @@ def git(*args: str, cwd: Path | None = None, env: dict | None = None) -> str:
 def push_event(web_url: str, old: str, new: str, ref: str, repo: Path) -> dict:
     """GitHub's ``push`` event for one updated ref (the fields Argo CD's webhook handler reads);
     the changed paths from ``git diff --name-status old new`` (every file of ``new`` when the
-    ref is new)."""
-    zero = "0" * 40
-    base = (
-        old
-        if old != zero
-        else git("-C", str(repo), "hash-object", "-t", "tree", "/dev/null").strip()
-    )
+    ref is new; none, with ``deleted: true``, when it was deleted)."""
+    repository = {"html_url": web_url, "default_branch": "main", "name": Path(web_url).name}
+    if new == ZERO:
+        return {"ref": ref, "before": old, "after": new, "deleted": True,
+                "repository": repository, "commits": []}  # fmt: skip
+    empty_tree = git("-C", str(repo), "hash-object", "-t", "tree", "/dev/null").strip()
+    base = old if old != ZERO else empty_tree
     changed = {"added": [], "modified": [], "removed": []}
     out = git("-C", str(repo), "diff", "--no-renames", "--name-status", base, new)
     for line in out.splitlines():
@@ -180,7 +202,7 @@ def push_event(web_url: str, old: str, new: str, ref: str, repo: Path) -> dict:
         "ref": ref,
         "before": old,
         "after": new,
-        "repository": {"html_url": web_url, "default_branch": "main", "name": Path(web_url).name},
+        "repository": repository,
         "commits": [{"id": new, **changed}],
         "head_commit": {"id": new, **changed},
     }
