@@ -53,13 +53,19 @@ if [[ -n "${LAYER}" ]]; then
   mv "${WORK}/install.yaml" "${WORK}/layer/rendered.yaml"
   "${KUBECTL}" kustomize "${WORK}/layer" > "${WORK}/install.yaml"
 fi
-# argocd-cmd-params-cm is read by the components at start (e.g. argocd/install's server-side diff):
-# when an upgrade or a changed patch changes it, the running ones are restarted
-params() { "${KUBECTL}" -n argocd get configmap argocd-cmd-params-cm -o jsonpath='{.data}' 2>/dev/null || true; }
+# What the components read only at start, through their env (configMapKeyRef): argocd-cmd-params-cm
+# (e.g. argocd/install's server-side diff) and argocd-cm's reconciliation timeouts. When an
+# upgrade or a changed patch or layer changes them, the running components are restarted. Each
+# ConfigMap is named by its uid ('' while it does not exist: a first install restarts nothing).
+params() {
+  "${KUBECTL}" -n argocd get configmap argocd-cmd-params-cm -o jsonpath='{.metadata.uid} {.data}' 2>/dev/null || true
+  "${KUBECTL}" -n argocd get configmap argocd-cm \
+    -o jsonpath='{.metadata.uid} {.data.timeout\.reconciliation} {.data.timeout\.reconciliation\.jitter}' 2>/dev/null || true
+}
 before="$(params)"
 "${KUBECTL}" apply --server-side --force-conflicts -f "${WORK}/install.yaml"
-if [[ -n "${before}" && "$(params)" != "${before}" ]]; then
-  log "argocd-cmd-params-cm changed: restarting Argo CD's components"
+if [[ -n "${before//[[:space:]]/}" && "$(params)" != "${before}" ]]; then
+  log "settings read at start changed (argocd-cmd-params-cm, argocd-cm timeouts): restarting Argo CD's components"
   "${KUBECTL}" -n argocd rollout restart deployment,statefulset
 fi
 "${KUBECTL}" -n argocd rollout status deploy --timeout="${TIMEOUT}s"

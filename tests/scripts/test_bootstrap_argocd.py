@@ -102,6 +102,15 @@ def test_changed_params_restart_the_components(repo, tmp_path):
     assert not any("rollout restart" in c for c in (same / "calls").read_text().splitlines())
 
 
+def test_an_install_whose_params_had_no_data_is_restarted(repo, tmp_path):
+    """Upstream's argocd-cmd-params-cm has no data: an install made before argocd/install set
+    server-side diff must still be restarted when it gets it (the ConfigMap exists: its uid)."""
+    proc = _run(repo, tmp_path, ["uid-1 ", 'uid-1 {"controller.diff.server.side":"true"}'])
+    assert proc.returncode == 0, proc.stderr
+    calls = (tmp_path / "calls").read_text().splitlines()
+    assert "-n argocd rollout restart deployment,statefulset" in calls
+
+
 def test_a_layer_patches_the_install(repo, tmp_path):
     layer = REPO / "tests" / "e2e" / "argocd-layer"
     proc = _run(repo, tmp_path, ["", ""], ARGOCD_LAYER_DIR=str(layer))
