@@ -60,19 +60,40 @@ def _unhealthy_until_a_run(o: Obj, wffc: set[str]) -> bool:
     return o.kind in PIPELINE_HEALTH or (pvc and dig(o.doc, "spec", "storageClassName") in wffc)
 
 
+HOOK_ANNOTATIONS = ("argocd.argoproj.io/hook", "helm.sh/hook")
+
+
+def _hook(o: Obj) -> str:
+    """The object's Argo CD resource-hook phases ('' when it is no hook)."""
+    notes = o.meta.get("annotations") or {}
+    return ",".join(notes[k] for k in HOOK_ANNOTATIONS if k in notes)
+
+
 @check("wave-health")
 def wave_health(ctx: Context) -> Iterator[Hit]:
     """Nothing that is Healthy only after a pipeline run holds a sync: in an Application whose
     resources span sync waves, such a resource (and a child Application syncing one) is in the
-    last wave. gitops-engine (pkg/sync/sync_context.go) waits for every resource of a wave to be
-    Healthy before it applies the next one, and ends the operation once the last wave is
-    applied; while an operation runs, automated sync skips every later push, the fix included."""
+    last wave, and no hook runs after it. gitops-engine (pkg/sync/sync_context.go) orders a
+    sync by phase and wave, waits for every resource of a wave to be Healthy before the next,
+    and ends the operation without waiting once the last wave of the last phase is applied and
+    no hook is left; while an operation runs, automated sync skips every later push."""
     wffc = _first_consumer_classes(ctx)
     for app in ctx.kinds("Application"):
         if not (synced := ctx.rendered.get(str(dig(app.doc, "spec", "source", "path")))):
             continue
-        last = max(wave(o) for o in synced)
-        for o in (o for o in synced if not o.embedded_in and wave(o) < last):
+        resources = [o for o in synced if not o.embedded_in and not _hook(o)]
+        if not resources:
+            continue
+        last = max(wave(o) for o in resources)
+        hooks = [o for o in synced if _hook(o)]
+        # a PostSync hook runs once the Sync phase is Healthy; a Sync hook in or after the last
+        # wave makes that wave wait (PreSync and SyncFail hooks run before or instead)
+        phases = {h.ref: {p.strip() for p in _hook(h).split(",")} for h in hooks}
+        after = [
+            h for h in hooks
+            if "PostSync" in phases[h.ref] or ("Sync" in phases[h.ref] and wave(h) >= last)
+        ]  # fmt: skip
+        for o in resources:
             why = ""
             if _unhealthy_until_a_run(o, wffc):
                 why = f"{o.ref} is not Healthy until a pipeline has run"
@@ -80,10 +101,14 @@ def wave_health(ctx: Context) -> Iterator[Hit]:
                 child = ctx.rendered.get(str(dig(o.doc, "spec", "source", "path"))) or []
                 if held := [c.ref for c in child if _unhealthy_until_a_run(c, wffc)]:
                     why = f"{o.ref} is not Healthy until a pipeline has run ({', '.join(held)})"
-            if why:
+            if why and wave(o) < last:
                 msg = f"wave {wave(o)} of {app.ref}, before its last wave {last}: {why}, so each"
                 msg += " sync waits there and automated sync skips every later push; put it in"
                 yield o, f"metadata.annotations[{WAVE}]", msg + f" wave {last}"
+            elif why and after:
+                msg = f"{why}, and the hook {after[0].ref} of {app.ref} runs after it: each sync"
+                msg += " waits for it, and automated sync skips every later push; drop the hook"
+                yield o, f"metadata.annotations[{WAVE}]", msg + " or move it before"
 
 
 @check("argocd-drift")

@@ -81,6 +81,32 @@ def test_an_application_syncing_such_a_resource_is_in_its_parents_last_wave(brok
     assert "Application/argocd/root" in f.message and "InferenceService" in f.message
 
 
+def _hook_job(phase: str, wave: str) -> dict:
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": f"hook-{phase.lower()}",
+            "annotations": {"argocd.argoproj.io/hook": phase, WAVE: wave},
+        },
+        "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": []}}},
+    }
+
+
+def test_a_hook_after_the_last_wave_holds_the_sync_too(broken):
+    """A PostSync hook runs once every resource is Healthy: the InferenceService holds it."""
+    broken.append(ISVC, _hook_job("PostSync", "0"))
+    hits = only(broken.check(APPS, "overlays/local-k3d"), "wave-health")
+    assert any(f.obj == "InferenceService/fashion-mnist/fashion-mnist" for f in hits)
+    assert all("hook Job/fashion-mnist/hook-postsync" in f.message for f in hits)
+
+
+def test_a_presync_hook_does_not_count_as_the_last_wave(broken):
+    broken.append(ISVC, _hook_job("PreSync", "5"))
+    hits = [f for f in broken.check(APPS, "overlays/local-k3d") if f.check == "wave-health"]
+    assert not hits, [f.format() for f in hits]
+
+
 def test_memoize_cache_in_git_is_ignored_by_argocd(broken):
     broken.append("base/ml/pipeline/rbac.yaml", CACHE)
     (f,) = only(broken.check(APPS, "overlays/local-k3d"), "argocd-drift")
