@@ -71,12 +71,14 @@ def _hook(o: Obj) -> str:
 
 @check("wave-health")
 def wave_health(ctx: Context) -> Iterator[Hit]:
-    """Nothing that is Healthy only after a pipeline run holds a sync: in an Application whose
-    resources span sync waves, such a resource (and a child Application syncing one) is in the
-    last wave, and no hook runs after it. gitops-engine (pkg/sync/sync_context.go) orders a
-    sync by phase and wave, waits for every resource of a wave to be Healthy before the next,
-    and ends the operation without waiting once the last wave of the last phase is applied and
-    no hook is left; while an operation runs, automated sync skips every later push."""
+    """Nothing that is Healthy only after a pipeline run holds a sync. gitops-engine
+    (pkg/sync/sync_context.go) orders a sync by phase and wave, waits for every resource of a
+    wave to be Healthy before the next, and ends the operation without waiting once the last
+    wave of the last phase is applied and no hook is left; a retried sync (``syncPolicy.retry``)
+    resumes and waits for the last wave too (seen in the e2e); while an operation runs,
+    automated sync skips every later push. So such a resource (or a child Application syncing
+    one) is never before the last wave nor a hook after it, and an Application that retries
+    holds one only when all its resources are in one wave."""
     wffc = _first_consumer_classes(ctx)
     for app in ctx.kinds("Application"):
         if not (synced := ctx.rendered.get(str(dig(app.doc, "spec", "source", "path")))):
@@ -101,7 +103,13 @@ def wave_health(ctx: Context) -> Iterator[Hit]:
                 child = ctx.rendered.get(str(dig(o.doc, "spec", "source", "path"))) or []
                 if held := [c.ref for c in child if _unhealthy_until_a_run(c, wffc)]:
                     why = f"{o.ref} is not Healthy until a pipeline has run ({', '.join(held)})"
-            if why and wave(o) < last:
+            retried = dig(app.doc, "spec", "syncPolicy", "retry") is not None
+            if why and retried and len({wave(r) for r in resources}) > 1:
+                msg = f"{why}, and {app.ref} spans sync waves and retries failed syncs: a retry"
+                msg += " resumes the multi-step sync, which then waits for every applied resource"
+                msg += ", the last wave's too; keep such an Application in one wave"
+                yield o, f"metadata.annotations[{WAVE}]", msg
+            elif why and wave(o) < last:
                 msg = f"wave {wave(o)} of {app.ref}, before its last wave {last}: {why}, so each"
                 msg += " sync waits there and automated sync skips every later push; put it in"
                 yield o, f"metadata.annotations[{WAVE}]", msg + f" wave {last}"

@@ -66,12 +66,15 @@ ML_APP = "argocd/apps/common/ml-app.yaml"
 def test_a_resource_healthy_only_after_a_run_is_in_the_last_wave(broken):
     assert not [f for f in broken.check(APPS, "overlays/local-k3d") if f.check == "wave-health"]
     broken.edit(ISVC, in_wave("-1"))
+    hits = only(broken.check(APPS, "overlays/local-k3d"), "wave-health")
+    (f,) = [f for f in hits if f.obj == "InferenceService/fashion-mnist/fashion-mnist"]
+    assert f.field == f"metadata.annotations[{WAVE}]"
+    assert "Application/argocd/fashion-mnist" in f.message
+    # without retries, the rule is the last wave's
+    broken.edit(ML_APP, lambda d: d["spec"]["syncPolicy"].pop("retry"))
     (f,) = only(broken.check(APPS, "overlays/local-k3d"), "wave-health")
-    assert (f.obj, f.field) == (
-        "InferenceService/fashion-mnist/fashion-mnist",
-        f"metadata.annotations[{WAVE}]",
-    )
-    assert "before its last wave 0" in f.message and "Application/argocd/fashion-mnist" in f.message
+    assert f.obj == "InferenceService/fashion-mnist/fashion-mnist"
+    assert "before its last wave 0" in f.message
 
 
 def test_an_application_syncing_such_a_resource_is_in_its_parents_last_wave(broken):
@@ -91,6 +94,18 @@ def _hook_job(phase: str, wave: str) -> dict:
         },
         "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": []}}},
     }
+
+
+def test_a_retrying_application_with_waves_holds_no_such_resource(broken):
+    """The ML app retries failed syncs: with its Namespace back in an earlier wave (its old
+    layout), a retry waits for the InferenceService of the last wave (seen in the e2e)."""
+    broken.edit("base/ml/namespace.yaml", in_wave("-2"))
+    hits = only(broken.check(APPS, "overlays/local-k3d"), "wave-health")
+    assert {f.obj for f in hits} == {
+        "InferenceService/fashion-mnist/fashion-mnist",
+        "PersistentVolumeClaim/fashion-mnist/fashion-mnist-pvc",
+    }
+    assert all("retries failed syncs" in f.message for f in hits)
 
 
 def test_a_hook_after_the_last_wave_holds_the_sync_too(broken):
