@@ -10,8 +10,9 @@ commits of the e2e's own, then the user's first step:
 2. ``e2e: offline`` - each pinned remote base that Argo CD renders replaced by its
    ``../shared/upstream`` mirror file (``scripts/lib.sh`` mirror_kustomization, as ``make
    validate`` and the installs render them offline; argocd/install keeps its URL:
-   bootstrap-argocd.sh renders it with UPSTREAM_MIRROR_DIR, as a user offline would), and each ``base/platform/<part>`` that tests/e2e/platform-layer has a layer for
-   rendered through that layer (``rendered.yaml`` + the layer's kustomization), so that Argo CD
+   bootstrap-argocd.sh renders it with UPSTREAM_MIRROR_DIR, as a user offline would), and
+   each ``base/platform/<part>`` that tests/e2e/platform-layer has a layer for rendered through
+   that layer (``rendered.yaml`` + the layer's kustomization), so that Argo CD
    syncs the platform exactly as ``scripts/install-platform.sh`` installed it here (KServe's
    imagePullPolicy and requests: tests/e2e/platform-layer/kserve);
 3. ``Set the repository URL`` - docs/gitops.md's step 1: ``argocd/apps/common/repository.yaml``
