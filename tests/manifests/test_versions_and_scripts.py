@@ -221,7 +221,7 @@ def expected_version_rows() -> dict[str, list[str]]:
         "KServe": [url["KSERVE_VERSION"], env["KUBE_RBAC_PROXY_VERSION"]],
         "Kubeflow training operator": [url["TRAINING_OPERATOR_VERSION"]],
         "Argo Workflows": [url["ARGO_WORKFLOWS_VERSION"], env["ARGO_WORKFLOWS_E2E_VERSION"]],
-        "Argo CD": [url["ARGOCD_VERSION"]],
+        "Argo CD": [url["ARGOCD_VERSION"], env["ARGOCD_KUSTOMIZE_VERSION"]],
         "Pulumi CLI / k8s provider": [env["PULUMI_VERSION"], env["PULUMI_KUBERNETES_VERSION"]],
         "TF Serving": [runtime],
         "etcd / kwok / kubeconform": [
