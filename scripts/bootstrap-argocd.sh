@@ -43,16 +43,10 @@ TIMEOUT="$(seconds ARGOCD_TIMEOUT "${ARGOCD_TIMEOUT:-300}")"
 LAYER="${ARGOCD_LAYER_DIR:-}"
 if [[ -n "${LAYER}" ]]; then
   [[ -f "${LAYER}/kustomization.yaml" ]] || die "ARGOCD_LAYER_DIR=${LAYER} has no kustomization.yaml"
-  grep -q 'rendered\.yaml' "${LAYER}/kustomization.yaml" \
-    || die "${LAYER}/kustomization.yaml does not name rendered.yaml (the install as rendered)"
 fi
 mirror_kustomization "${REPO_ROOT}/argocd/install" "${WORK}/install"
 "${KUBECTL}" kustomize "${WORK}/install" > "${WORK}/install.yaml"
-if [[ -n "${LAYER}" ]]; then
-  cp -rL "${LAYER}" "${WORK}/layer"
-  mv "${WORK}/install.yaml" "${WORK}/layer/rendered.yaml"
-  "${KUBECTL}" kustomize "${WORK}/layer" > "${WORK}/install.yaml"
-fi
+if [[ -n "${LAYER}" ]]; then through_layer "${LAYER}" . "${WORK}/install.yaml" "${WORK}/layer"; fi
 # What the components read only at start, through their env (configMapKeyRef): argocd-cmd-params-cm
 # (e.g. argocd/install's server-side diff) and argocd-cm's reconciliation timeouts. When an
 # upgrade or a changed patch or layer changes them, the running components are restarted. Each
@@ -71,5 +65,5 @@ fi
 "${KUBECTL}" -n argocd rollout status deploy --timeout="${TIMEOUT}s"
 "${KUBECTL}" -n argocd rollout status statefulset/argocd-application-controller --timeout="${TIMEOUT}s"
 "${KUBECTL}" apply --server-side -k "${APPS}" -l "${BOOTSTRAP_SELECTOR}"
-log "Argo CD syncs $1 from $("${KUBECTL}" -n argocd get application root -o jsonpath='{.spec.source.repoURL}')"
+log "Argo CD syncs $1 from ${REPO_URL}"
 log "watch: kubectl -n argocd get applications"

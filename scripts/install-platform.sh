@@ -109,14 +109,7 @@ render() {
   fi
   k kustomize "${out}/k" > "${out}/all.yaml"
   if [[ -n "${LAYER}" && -f "${LAYER}/$1/kustomization.yaml" ]]; then
-    # the whole layer tree, links followed (a layer may share files with ../), the part's
-    # render beside its kustomization as `rendered.yaml`, which it must name
-    grep -q 'rendered\.yaml' "${LAYER}/$1/kustomization.yaml" \
-      || die "${LAYER}/$1/kustomization.yaml does not name rendered.yaml (the part as rendered)"
-    cp -rL "${LAYER}" "${out}/layers"
-    mv "${out}/all.yaml" "${out}/layers/$1/rendered.yaml"
-    k kustomize "${out}/layers/$1" > "${out}/all.yaml"
-    [[ -s "${out}/all.yaml" ]] || die "the layer ${LAYER}/$1 leaves nothing of $1"
+    through_layer "${LAYER}" "$1" "${out}/all.yaml" "${out}/layers"
   fi
   if [[ -n "${extra}" ]]; then printf -- '---\n' >> "${out}/all.yaml"; cat "${extra}" >> "${out}/all.yaml"; fi
   split_docs "${out}"

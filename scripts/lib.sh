@@ -176,6 +176,20 @@ kfile.write_text(yaml.safe_dump(k))
 PY
 }
 
+# through_layer TREE PART FILE WORK: FILE (rendered YAML) replaced by its render through the
+# kustomize layer TREE/PART (PART "." for a one-layer TREE), whose kustomization.yaml names
+# `rendered.yaml`: the whole tree is copied to WORK, links followed (a layer may share files
+# with ../), FILE beside that kustomization as rendered.yaml. Used by install-platform.sh
+# (PLATFORM_LAYER_DIR) and bootstrap-argocd.sh (ARGOCD_LAYER_DIR).
+through_layer() {
+  grep -q 'rendered\.yaml' "$1/$2/kustomization.yaml" \
+    || die "$1/$2/kustomization.yaml does not name rendered.yaml (the install as rendered)"
+  cp -rL "$1" "$4"
+  mv "$3" "$4/$2/rendered.yaml"
+  "${KUBECTL}" kustomize "$4/$2" > "$3"
+  [[ -s "$3" ]] || die "the layer $1/$2 leaves nothing of what it was given"
+}
+
 # canonical_image REF: REF as the kubelet's CRI call names it (Docker's reference
 # normalisation): a single name gets docker.io/library/, a first component that is not a
 # registry (no "." or ":", not localhost) gets docker.io/.

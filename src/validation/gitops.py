@@ -95,6 +95,10 @@ def wave_health(ctx: Context) -> Iterator[Hit]:
             h for h in hooks
             if "PostSync" in phases[h.ref] or ("Sync" in phases[h.ref] and wave(h) >= last)
         ]  # fmt: skip
+        retries_across_waves = (
+            dig(app.doc, "spec", "syncPolicy", "retry") is not None
+            and len({wave(r) for r in resources}) > 1
+        )
         for o in resources:
             why = ""
             if _unhealthy_until_a_run(o, wffc):
@@ -103,8 +107,7 @@ def wave_health(ctx: Context) -> Iterator[Hit]:
                 child = ctx.rendered.get(str(dig(o.doc, "spec", "source", "path"))) or []
                 if held := [c.ref for c in child if _unhealthy_until_a_run(c, wffc)]:
                     why = f"{o.ref} is not Healthy until a pipeline has run ({', '.join(held)})"
-            retried = dig(app.doc, "spec", "syncPolicy", "retry") is not None
-            if why and retried and len({wave(r) for r in resources}) > 1:
+            if why and retries_across_waves:
                 msg = f"{why}, and {app.ref} spans sync waves and retries failed syncs: a retry"
                 msg += " resumes the multi-step sync, which then waits for every applied resource"
                 msg += ", the last wave's too; keep such an Application in one wave"
