@@ -184,28 +184,32 @@ def test_bad_arguments_are_refused(tmp_path, args):
 def test_plan_keeps_time_only_for_the_tiers_that_will_run(tmp_path):
     """Waiting for serving's tools, `plan` keeps the time of the core, serving and of the later
     tiers only when they are built (they will run): with gitops and pulumi built, a budget that
-    fits the core and serving but not them too is not waited on; with them not built it is
-    waited on (about 8 s here), and each is then judged in its turn (the build ends: skipped)."""
+    fits the core and serving but not them too is not waited on (serving is skipped for the
+    budget); with them not built it is waited on until the build ends (serving is skipped for
+    that), and each later tier is then judged in its turn. Told apart by plan's reasons, not by
+    the clock (a loaded machine runs plan's own checks slowly)."""
     tiers = REPO / "scripts" / "e2e-tiers.sh"
     core, serving = (
         int(next(ln.split("=")[1] for ln in tiers.read_text().splitlines() if ln.startswith(key)))
         for key in ("CORE_E2E_SECONDS=", "serving_E2E_SECONDS=")
     )
-    waited, skipped = {}, {}
+    skipped, why = {}, {}
     for later_built in (True, False):
         cache = tmp_path / str(later_built)
         if later_built:
             mark_built(cache, LATER_TOOLS)
-        build = subprocess.Popen(["sleep", "14"])  # builds nothing
+        build = subprocess.Popen(["sleep", "3"])  # builds nothing
         # reaped as soon as it ends (a zombie would still answer `kill -0`)
         threading.Thread(target=build.wait, daemon=True).start()
         try:
-            t0 = time.monotonic()
-            deadline = int(time.time()) + core + serving + 8  # room for serving alone, ~8 s
-            proc = run("plan", str(deadline), str(build.pid), cache=cache, timeout=60)
-            waited[later_built] = time.monotonic() - t0
+            deadline = int(time.time()) + core + serving + 120  # room for serving alone
+            proc = run("plan", str(deadline), str(build.pid), cache=cache, timeout=100)
             skipped[later_built] = lines(proc)
+            why[later_built] = next(
+                ln for ln in proc.stderr.splitlines() if "SKIPPING tier serving" in ln
+            )
         finally:
             build.kill()
     assert skipped == {True: ["serving"], False: ["serving", "gitops", "pulumi"]}, skipped
-    assert waited[True] < 4 <= waited[False], waited
+    assert "left of the budget" in why[True], why  # not waited on
+    assert "has ended" in why[False], why  # waited on until the build ended
