@@ -12,6 +12,10 @@
 #   scripts/tools.sh --bin NAME         print the path of binary NAME (exit 1 if not built)
 #   scripts/tools.sh --list             print "TOOL VERSION DIR STATE" for every recipe
 #   scripts/tools.sh --check-go         exit 1 unless `go` is versions.env's GO_VERSION
+#   scripts/tools.sh --download [TOOL...]
+#                                       fetch the modules of each recipe not yet built into Go's
+#                                       module cache, nothing else (.ci/run runs it beside the
+#                                       builds: downloads wait on the proxy, builds on the CPU)
 #
 # Cache: ${FMNIST_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/fashion-mnist-gitops/tools}/
 #        <tool>-<version>-<first 10 hex of sha256(recipe file)>/bin/<binaries>
@@ -165,6 +169,50 @@ check_go() {
   GO_FOUND="$have"
 }
 
+# In a fresh directory (the cwd), with a recipe sourced and MODULE_VERSION set: the tool module,
+# its upstream's replaces carried over, resolved and downloaded (`go get -tool`; Go's module
+# cache is shared and locked, so two of these may run at once). Sets T_GET, MODULE_TIME.
+resolve_module() {
+  export CGO_ENABLED="${TOOL_CGO_ENABLED:-0}"
+  local info gomod
+  info="$(go mod download -json "$TOOL_MODULE@$MODULE_VERSION")"
+  gomod="$(python3 -c 'import json,sys; print(json.load(sys.stdin)["GoMod"])' <<<"$info")"
+  MODULE_TIME="$(python3 -c 'import json,sys; d=json.load(sys.stdin); print(json.load(open(d["Info"]))["Time"])' <<<"$info")"
+  export MODULE_VERSION MODULE_TIME
+  go mod init "fmnist-tools/$tool" >/dev/null 2>&1
+  local -a flags=()
+  local kind old new r
+  while read -r kind old new; do
+    if [[ "$kind" == remote ]]; then
+      flags+=("-replace=$old=$new")
+    else
+      declare -F tool_local_replace >/dev/null \
+        || die "$tool: upstream replaces $old => $new (local) and the recipe has no tool_local_replace"
+      r="$(tool_local_replace "${old%@*}" "$new")"
+      if [[ "$r" != "-" ]]; then flags+=("-replace=$old=${old%@*}@$r"); fi
+    fi
+  done < <(upstream_replace_flags "$gomod")
+  for r in "${TOOL_REPLACES[@]+"${TOOL_REPLACES[@]}"}"; do flags+=("-replace=$r"); done
+  if [[ -n "${TOOL_SOURCE_LINKS[*]:-}${TOOL_SOURCE_FILES[*]:-}${TOOL_GENERATED[*]:-}" ]]; then
+    local moddir link file
+    moddir="$(python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])' <<<"$info")"
+    cp -r "$moddir" src && chmod -R u+w src
+    for link in "${TOOL_SOURCE_LINKS[@]+"${TOOL_SOURCE_LINKS[@]}"}"; do
+      ln -s "${link#*=}" "src/${link%%=*}"
+    done
+    for file in "${TOOL_SOURCE_FILES[@]+"${TOOL_SOURCE_FILES[@]}"}"; do
+      mkdir -p "src/$(dirname "$file")" && touch "src/$file"
+    done
+    flags+=("-replace=$TOOL_MODULE=./src")
+  fi
+  if ((${#flags[@]})); then go mod edit "${flags[@]}"; fi
+  local -a pkgs=()
+  local p
+  for p in "${TOOL_PACKAGES[@]}"; do pkgs+=("$p@$MODULE_VERSION"); done
+  T_GET="$(date +%s)" # the start of the download phase (build-phases)
+  go get -tool "${pkgs[@]}"
+}
+
 build_recipe() {
   local tool="$1" file="$RECIPES/$1.sh" entry ver dir
   entry="$(recipe_entry "$tool")"
@@ -194,46 +242,8 @@ build_recipe() {
     # shellcheck disable=SC1090
     source "$file"
     cd "$tmp"
-    export CGO_ENABLED="${TOOL_CGO_ENABLED:-0}"
     MODULE_VERSION="$ver"
-    local info gomod
-    info="$(go mod download -json "$TOOL_MODULE@$MODULE_VERSION")"
-    gomod="$(python3 -c 'import json,sys; print(json.load(sys.stdin)["GoMod"])' <<<"$info")"
-    MODULE_TIME="$(python3 -c 'import json,sys; d=json.load(sys.stdin); print(json.load(open(d["Info"]))["Time"])' <<<"$info")"
-    export MODULE_VERSION MODULE_TIME
-    go mod init "fmnist-tools/$tool" >/dev/null 2>&1
-    local -a flags=()
-    local kind old new r
-    while read -r kind old new; do
-      if [[ "$kind" == remote ]]; then
-        flags+=("-replace=$old=$new")
-      else
-        declare -F tool_local_replace >/dev/null \
-          || die "$tool: upstream replaces $old => $new (local) and the recipe has no tool_local_replace"
-        r="$(tool_local_replace "${old%@*}" "$new")"
-        if [[ "$r" != "-" ]]; then flags+=("-replace=$old=${old%@*}@$r"); fi
-      fi
-    done < <(upstream_replace_flags "$gomod")
-    for r in "${TOOL_REPLACES[@]+"${TOOL_REPLACES[@]}"}"; do flags+=("-replace=$r"); done
-    if [[ -n "${TOOL_SOURCE_LINKS[*]:-}${TOOL_SOURCE_FILES[*]:-}${TOOL_GENERATED[*]:-}" ]]; then
-      local moddir link file
-      moddir="$(python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])' <<<"$info")"
-      cp -r "$moddir" src && chmod -R u+w src
-      for link in "${TOOL_SOURCE_LINKS[@]+"${TOOL_SOURCE_LINKS[@]}"}"; do
-        ln -s "${link#*=}" "src/${link%%=*}"
-      done
-      for file in "${TOOL_SOURCE_FILES[@]+"${TOOL_SOURCE_FILES[@]}"}"; do
-        mkdir -p "src/$(dirname "$file")" && touch "src/$file"
-      done
-      flags+=("-replace=$TOOL_MODULE=./src")
-    fi
-    if ((${#flags[@]})); then go mod edit "${flags[@]}"; fi
-    local -a pkgs=()
-    local p
-    for p in "${TOOL_PACKAGES[@]}"; do pkgs+=("$p@$MODULE_VERSION"); done
-    local t1
-    t1="$(date +%s)"
-    go get -tool "${pkgs[@]}"
+    resolve_module
     if [[ -n "${TOOL_GENERATED[*]:-}" ]]; then
       declare -F tool_generate_source >/dev/null \
         || die "$tool: TOOL_GENERATED is set and the recipe has no tool_generate_source"
@@ -252,7 +262,7 @@ build_recipe() {
     # wall seconds of the phases: resolving and downloading the module graph (`go get`), then
     # compiling and linking (`go install`); what came before (upstream's go.mod, the source copy)
     # is the rest of build-seconds
-    echo "download $((t2 - t1)) compile-link $(($(date +%s) - t2))" > "$tmp/build-phases"
+    echo "download $((t2 - T_GET)) compile-link $(($(date +%s) - t2))" > "$tmp/build-phases"
     local i b
     for i in "${!TOOL_PACKAGES[@]}"; do
       b="${TOOL_BINARIES[$i]:-}"
@@ -278,6 +288,39 @@ build_recipe() {
   mv -T "$tmp" "$dir"
   BUILD_TMP=""
   log "$tool $ver: built in ${secs}s (CPU: ${user:-?}s user + ${sys:-?}s sys; wall: $(cat "$dir/build-phases" 2>/dev/null)) -> $dir/bin ($(cd "$dir/bin" && ls | tr '\n' ' '))"
+}
+
+# --download: a recipe's modules fetched into Go's module cache ahead of its build (resolve_module
+# in a throwaway directory; no cache entry is made). The build after it downloads nothing; a
+# download that fails is only logged: the build repeats it and fails there, saying why.
+download_recipe() {
+  local tool="$1" file="$RECIPES/$1.sh" entry ver dir tmp t0
+  entry="$(recipe_entry "$tool")"
+  read -r ver dir <<<"$entry"
+  if [[ -f "$dir/bin/.complete" ]]; then return 0; fi
+  check_go "$tool"
+  tmp="$(mktemp -d "${TMPDIR:-/tmp}/tools-download-$tool-XXXXXX")"
+  BUILD_TMP="$tmp"
+  t0="$(date +%s)"
+  local rc
+  set +e # (not `if ( ... )`: errexit would be off inside the subshell too)
+  (
+    set -euo pipefail
+    # shellcheck disable=SC1090
+    source "$file"
+    cd "$tmp"
+    MODULE_VERSION="$ver"
+    resolve_module
+  ) > "$tmp.log" 2>&1
+  rc=$?
+  set -e
+  if ((rc == 0)); then
+    log "$tool $ver: modules downloaded in $(($(date +%s) - t0))s"
+  else
+    log "$tool $ver: download failed (its build will say why): $(tail -n 3 "$tmp.log" | tr '\n' ' ')"
+  fi
+  rm -rf "$tmp" "$tmp.log"
+  BUILD_TMP=""
 }
 
 bin_dir() {
@@ -310,11 +353,15 @@ case "${1:-}" in
       state=missing; [[ -f "$dir/bin/.complete" ]] && state=built
       echo "$t $ver $dir $state"
     done ;;
+  --download)
+    shift
+    if [[ $# -eq 0 ]]; then mapfile -t tools < <(recipe_names); else tools=("$@"); fi
+    for t in "${tools[@]}"; do download_recipe "$t"; done ;;
   --check-go)
     check_go
     log "$(command -v go): $GO_FOUND, as pinned" ;;
   -h|--help)
-    echo "usage: scripts/tools.sh [TOOL...] | --bin NAME | --bin-dir TOOL | --list | --check-go"
+    echo "usage: scripts/tools.sh [TOOL...] | --bin NAME | --bin-dir TOOL | --list | --check-go | --download [TOOL...]"
     sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' ;;
   -*) die "unknown option $1 (see --help)" ;;
   *)

@@ -1,7 +1,8 @@
 """scripts/tools.sh's recipe contract for files that upstream's `go generate` writes into its
 tree and its module zip lacks (``TOOL_GENERATED`` + ``tool_generate_source``; the Pulumi
-provider's embedded schema, hack/tools/pulumi-kubernetes.sh). Built for real with the pinned Go,
-from a module served by a ``file://`` module proxy made here (no network)."""
+provider's embedded schema, hack/tools/pulumi-kubernetes.sh), and its ``--download`` (a
+recipe's modules fetched ahead of its build, as .ci/run does beside the builds). Built for real
+with the pinned Go, from a module served by a ``file://`` module proxy made here (no network)."""
 
 from __future__ import annotations
 
@@ -15,8 +16,9 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 MODULE, VERSION = "example.com/gen", "v1.0.0"
+DEP = "example.com/dep"  # a module the tool's module requires: only `go get` fetches it
 FILES = {
-    "go.mod": f"module {MODULE}\n\ngo 1.22\n",
+    "go.mod": f"module {MODULE}\n\ngo 1.22\n\nrequire {DEP} {VERSION}\n",
     # the generator, as upstream keeps it: ignored by the build, run by `go generate`
     "cmd/hello/gen.go": (
         '//go:build ignore\n\npackage main\n\nimport "os"\n\n'
@@ -25,9 +27,13 @@ FILES = {
     ),
     "cmd/hello/template.txt": "generated",
     "cmd/hello/main.go": (
-        'package main\n\nimport (\n\t_ "embed"\n\t"fmt"\n)\n\n'
-        "//go:embed data.txt\nvar data string\n\nfunc main() { fmt.Print(data) }\n"
+        f'package main\n\nimport (\n\t_ "embed"\n\t"fmt"\n\n\t"{DEP}"\n)\n\n'
+        "//go:embed data.txt\nvar data string\n\nfunc main() { fmt.Print(data + dep.Suffix) }\n"
     ),
+}
+DEP_FILES = {
+    "go.mod": f"module {DEP}\n\ngo 1.22\n",
+    "dep.go": 'package dep\n\n// Suffix is appended to the output.\nconst Suffix = ""\n',
 }
 RECIPE = f"""TOOL_VERSION_KEY=FAKE_VERSION
 TOOL_MODULE={MODULE}
@@ -40,15 +46,17 @@ GENERATE = (
 
 
 def proxy(root: Path) -> Path:
-    """A file:// module proxy serving MODULE@VERSION."""
-    d = root / "proxy" / MODULE / "@v"
-    d.mkdir(parents=True)
-    (d / "list").write_text(f"{VERSION}\n")
-    (d / f"{VERSION}.info").write_text(f'{{"Version":"{VERSION}","Time":"2026-01-01T00:00:00Z"}}')
-    (d / f"{VERSION}.mod").write_text(FILES["go.mod"])
-    with zipfile.ZipFile(d / f"{VERSION}.zip", "w") as z:
-        for name, text in FILES.items():
-            z.writestr(f"{MODULE}@{VERSION}/{name}", text)
+    """A file:// module proxy serving MODULE and DEP at VERSION."""
+    for module, files in ((MODULE, FILES), (DEP, DEP_FILES)):
+        d = root / "proxy" / module / "@v"
+        d.mkdir(parents=True)
+        (d / "list").write_text(f"{VERSION}\n")
+        info = f'{{"Version":"{VERSION}","Time":"2026-01-01T00:00:00Z"}}'
+        (d / f"{VERSION}.info").write_text(info)
+        (d / f"{VERSION}.mod").write_text(files["go.mod"])
+        with zipfile.ZipFile(d / f"{VERSION}.zip", "w") as z:
+            for name, text in files.items():
+                z.writestr(f"{module}@{VERSION}/{name}", text)
     return root / "proxy"
 
 
@@ -67,18 +75,22 @@ def tree(tmp_path) -> Path:
     return tmp_path
 
 
-def build(tree: Path, recipe: str) -> subprocess.CompletedProcess:
+def build(tree: Path, recipe: str, *args: str, proxy_url: str = "") -> subprocess.CompletedProcess:
+    """``tools.sh ARGS... fake`` (default: build it) with ``recipe`` as hack/tools/fake.sh,
+    against the file:// proxy (or ``proxy_url``: ``off`` allows Go's module cache only)."""
     (tree / "hack" / "tools" / "fake.sh").write_text(recipe)
     env = {
         **os.environ,
         "FMNIST_TOOLS_CACHE": str(tree / "cache"),
-        "GOPROXY": f"file://{tree / 'proxy'}",
+        "GOPROXY": proxy_url or f"file://{tree / 'proxy'}",
         "GOSUMDB": "off",
         "GOFLAGS": "-buildvcs=false",
         "GOMODCACHE": str(tree / "gomod"),
+        "TMPDIR": str(tree / "tmp"),
     }
+    (tree / "tmp").mkdir(exist_ok=True)
     return subprocess.run(
-        ["bash", str(tree / "scripts" / "tools.sh"), "fake"],
+        ["bash", str(tree / "scripts" / "tools.sh"), *args, "fake"],
         capture_output=True, text=True, env=env, timeout=300, check=False,
     )  # fmt: skip
 
@@ -102,3 +114,27 @@ def test_a_generator_that_does_not_make_a_listed_file_fails_the_build(tree):
     assert proc.returncode == 1
     assert "tool_generate_source did not make src/cmd/hello/data.txt" in proc.stderr
     assert not list((tree / "cache").glob("fake-*/bin"))
+
+
+def test_download_fetches_what_the_build_needs_and_builds_nothing(tree):
+    proc = build(tree, RECIPE + GENERATE, "--download")
+    assert proc.returncode == 0, proc.stderr
+    assert f"fake {VERSION}: modules downloaded in" in proc.stderr, proc.stderr
+    assert not list((tree / "cache").glob("fake-*"))  # no cache entry
+    assert not list((tree / "tmp").iterdir())  # its work directory gone
+    for module in (MODULE, DEP):  # the dependency too (`go get`, not only the module's zip)
+        assert (tree / "gomod" / "cache" / "download" / module / "@v" / f"{VERSION}.zip").is_file()
+    # the build after it needs no proxy: everything came from the download
+    proc = build(tree, RECIPE + GENERATE, proxy_url="off")
+    assert proc.returncode == 0, proc.stderr
+    assert next((tree / "cache").glob("fake-*/bin/hello")).is_file()
+
+
+def test_a_failed_download_is_logged_and_left_to_the_build(tree):
+    bad = RECIPE.replace(f"TOOL_MODULE={MODULE}", "TOOL_MODULE=example.com/nosuch")
+    proc = build(tree, bad + GENERATE, "--download")
+    assert proc.returncode == 0, proc.stderr  # the prefetch never fails a run by itself
+    assert f"fake {VERSION}: download failed (its build will say why):" in proc.stderr
+    assert not list((tree / "tmp").iterdir())
+    proc = build(tree, bad + GENERATE)
+    assert proc.returncode == 1 and "build failed" in proc.stderr, proc.stderr
