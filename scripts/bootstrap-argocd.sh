@@ -24,7 +24,9 @@ USAGE
   wants_help "${1:-}" && exit 0
   exit 2
 fi
+need "${KUBECTL}"
 APPS="${REPO_ROOT}/argocd/apps/$(environment "$1")"
+[[ -f "${APPS}/kustomization.yaml" ]] || die "no Argo CD applications for '$1' (argocd/apps/$1)"
 # docs/gitops.md step 1, checked before any change: Argo CD would sync from the placeholder
 REPO_URL="$("${KUBECTL}" kustomize "${APPS}" | "${PYTHON}" -c '
 import sys
@@ -34,8 +36,15 @@ for doc in yaml.safe_load_all(sys.stdin):
         print(doc["spec"]["source"]["repoURL"])
 ')"
 [[ -n "${REPO_URL}" ]] || die "argocd/apps/$1 renders no root Application"
-if [[ "${REPO_URL}" == https://github.com/example/* ]]; then
+# (the placeholder in any of git's URL forms: https://, http://, ssh://git@, git@github.com:)
+if [[ "${REPO_URL}" =~ github\.com[:/]+example/ ]]; then
   die "argocd/apps/common/repository.yaml still names the placeholder ${REPO_URL}: set url to your fork, commit and push first (docs/gitops.md, GitOps flow, step 1)"
+fi
+# ... and pushed: Argo CD reads it from git (the root app syncs its own manifest from there, so an
+# unpushed URL would be replaced by the placeholder at the first sync)
+if upstream="$(git -C "${REPO_ROOT}" rev-parse --abbrev-ref --symbolic-full-name '@{upstream}' 2>/dev/null)"; then
+  git -C "${REPO_ROOT}" diff --quiet "${upstream}" -- argocd/apps/common/repository.yaml \
+    || die "argocd/apps/common/repository.yaml differs from ${upstream}: commit and push it first (Argo CD reads it from git)"
 fi
 WORK="$(mktemp -d)"
 trap 'rm -rf "${WORK}"' EXIT
@@ -48,20 +57,42 @@ mirror_kustomization "${REPO_ROOT}/argocd/install" "${WORK}/install"
 "${KUBECTL}" kustomize "${WORK}/install" > "${WORK}/install.yaml"
 if [[ -n "${LAYER}" ]]; then through_layer "${LAYER}" . "${WORK}/install.yaml" "${WORK}/layer"; fi
 # What the components read only at start, through their env (configMapKeyRef): argocd-cmd-params-cm
-# (e.g. argocd/install's server-side diff) and argocd-cm's reconciliation timeouts. When an
-# upgrade or a changed patch or layer changes them, the running components are restarted. Each
-# ConfigMap is named by its uid ('' while it does not exist: a first install restarts nothing).
-params() {
-  "${KUBECTL}" -n argocd get configmap argocd-cmd-params-cm -o jsonpath='{.metadata.uid} {.data}' 2>/dev/null || true
-  "${KUBECTL}" -n argocd get configmap argocd-cm \
-    -o jsonpath='{.metadata.uid} {.data.timeout\.reconciliation} {.data.timeout\.reconciliation\.jitter}' 2>/dev/null || true
-}
-before="$(params)"
+# (e.g. argocd/install's server-side diff) and argocd-cm's reconciliation timeouts. Their hash is
+# stamped on every pod template (Helm's checksum-annotation pattern), so when an upgrade, a patch
+# or a layer changes them, the same apply that changes them rolls the components; a run that
+# fails half-way rolls them on the next run, and a first install rolls nothing twice.
+"${PYTHON}" - "${WORK}/install.yaml" <<'PY'
+import hashlib
+import json
+import sys
+
+import yaml
+
+path = sys.argv[1]
+# libyaml's parser where PyYAML has it (the install is 2 MB of CRDs: seconds faster)
+loader, dumper = getattr(yaml, "CSafeLoader", yaml.SafeLoader), getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+with open(path) as f:
+    docs = [d for d in yaml.load_all(f, Loader=loader) if d]
+
+
+def data(name):
+    return next((d.get("data") or {} for d in docs if d["kind"] == "ConfigMap"
+                 and d["metadata"]["name"] == name), {})
+
+
+timeouts = ("timeout.reconciliation", "timeout.reconciliation.jitter")
+read_at_start = {"argocd-cmd-params-cm": data("argocd-cmd-params-cm"),
+                 "argocd-cm": {k: v for k, v in data("argocd-cm").items() if k in timeouts}}
+digest = hashlib.sha256(json.dumps(read_at_start, sort_keys=True).encode()).hexdigest()[:16]
+for d in docs:
+    if d["kind"] in ("Deployment", "StatefulSet"):
+        meta = d["spec"]["template"].setdefault("metadata", {})
+        meta["annotations"] = {**(meta.get("annotations") or {}),
+                               "fashion-mnist.example.com/settings-hash": digest}
+with open(path, "w") as f:
+    yaml.dump_all(docs, f, Dumper=dumper, sort_keys=False)
+PY
 "${KUBECTL}" apply --server-side --force-conflicts -f "${WORK}/install.yaml"
-if [[ -n "${before//[[:space:]]/}" && "$(params)" != "${before}" ]]; then
-  log "settings read at start changed (argocd-cmd-params-cm, argocd-cm timeouts): restarting Argo CD's components"
-  "${KUBECTL}" -n argocd rollout restart deployment,statefulset
-fi
 "${KUBECTL}" -n argocd rollout status deploy --timeout="${TIMEOUT}s"
 "${KUBECTL}" -n argocd rollout status statefulset/argocd-application-controller --timeout="${TIMEOUT}s"
 "${KUBECTL}" apply --server-side -k "${APPS}" -l "${BOOTSTRAP_SELECTOR}"

@@ -182,7 +182,7 @@ PY
 # with ../), FILE beside that kustomization as rendered.yaml. Used by install-platform.sh
 # (PLATFORM_LAYER_DIR) and bootstrap-argocd.sh (ARGOCD_LAYER_DIR).
 through_layer() {
-  grep -q 'rendered\.yaml' "$1/$2/kustomization.yaml" \
+  sed 's/#.*//' "$1/$2/kustomization.yaml" | grep 'rendered\.yaml' >/dev/null \
     || die "$1/$2/kustomization.yaml does not name rendered.yaml (the install as rendered)"
   cp -rL "$1" "$4"
   mv "$3" "$4/$2/rendered.yaml"
