@@ -208,6 +208,11 @@ def push_event(web_url: str, old: str, new: str, ref: str, repo: Path) -> dict:
     }
 
 
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        return None  # urllib then raises HTTPError with the redirect's own status
+
+
 def send(url: str, secret: str, event: dict) -> tuple[int, str]:
     """POST ``event`` to ``url`` as GitHub does (signed when ``secret``); (status, body). The
     receiver's certificate is not verified: Argo CD's is self-signed (GitHub's "SSL
@@ -220,8 +225,11 @@ def send(url: str, secret: str, event: dict) -> tuple[int, str]:
     req = urllib.request.Request(url, data=body, headers=headers, method="POST")
     ctx = ssl.create_default_context()
     ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
+    # a redirect is answered as it is, never followed (as GitHub's deliveries do): urllib would
+    # follow it to any address, as a GET, and report the last answer
+    opener = urllib.request.build_opener(_NoRedirect, urllib.request.HTTPSHandler(context=ctx))
     try:
-        with urllib.request.urlopen(req, timeout=10, context=ctx) as resp:
+        with opener.open(req, timeout=10) as resp:
             return resp.status, resp.read().decode(errors="replace")
     except urllib.error.HTTPError as e:
         return e.code, e.read().decode(errors="replace")

@@ -137,3 +137,30 @@ def test_bodies_it_cannot_take_are_refused_with_a_reason(served, headers, status
     resp = conn.getresponse()
     assert resp.status == status
     assert resp.read().strip()  # a reason, in words
+
+
+def test_a_redirect_is_reported_never_followed():
+    """A webhook URL that answers 302 (to another server) is reported as the 302, and nothing
+    is sent to where it points: a delivery goes to the address it was given, or nowhere."""
+
+    class Redirect(BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802 (http.server's API)
+            self.send_response(302)
+            self.send_header("Location", f"http://127.0.0.1:{other.server_address[1]}/x")
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    _Receiver.got = []
+    other = HTTPServer(("127.0.0.1", 0), _Receiver)
+    first = HTTPServer(("127.0.0.1", 0), Redirect)
+    for s in (other, first):
+        threading.Thread(target=s.serve_forever, daemon=True).start()
+    try:
+        status, _ = git_server.send(f"http://127.0.0.1:{first.server_address[1]}/", SECRET, {})
+    finally:
+        for s in (other, first):
+            s.shutdown()
+    assert status == 302
+    assert _Receiver.got == []
