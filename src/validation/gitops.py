@@ -21,9 +21,20 @@ PIPELINE_HEALTH = {"InferenceService"}
 CLAIM = re.compile(r'"claimName": "([^"]*)"|"pvc://([^/"]*)')
 
 
+HOOK_WEIGHT = "helm.sh/hook-weight"
+INTEGER = re.compile(r"[+-]?[0-9]+")  # what Go's strconv.Atoi takes
+
+
 def wave(o: Obj) -> int:
-    """The object's Argo CD sync wave (0 when unset)."""
-    return int((o.meta.get("annotations") or {}).get(WAVE, 0))
+    """The object's Argo CD sync wave, read as gitops-engine's ``syncwaves.Wave`` does: the
+    sync-wave annotation when it is an integer (Go's ``strconv.Atoi``: no spaces, no ``_``),
+    else Helm's hook weight likewise, else 0 (a value that is no integer is ignored, not an
+    error: Argo CD syncs such an object in wave 0)."""
+    notes = o.meta.get("annotations") or {}
+    for key in (WAVE, HOOK_WEIGHT):
+        if INTEGER.fullmatch(str(notes.get(key, ""))):
+            return int(notes[key])
+    return 0
 
 
 def claims_of(o: Obj) -> set[str]:
@@ -61,6 +72,9 @@ def _unhealthy_until_a_run(o: Obj, wffc: set[str]) -> bool:
 
 
 HOOK_ANNOTATIONS = ("argocd.argoproj.io/hook", "helm.sh/hook")
+#: Helm's hook names as Argo CD maps them to its phases (gitops-engine pkg/sync/hook/helm)
+HELM_PHASES = {"pre-install": "PreSync", "pre-upgrade": "PreSync", "post-install": "PostSync",
+               "post-upgrade": "PostSync"}  # fmt: skip
 
 
 def _hook(o: Obj) -> str:
@@ -69,13 +83,19 @@ def _hook(o: Obj) -> str:
     return ",".join(notes[k] for k in HOOK_ANNOTATIONS if k in notes)
 
 
+def _phases(o: Obj) -> set[str]:
+    """The Argo CD phases of hook ``o`` (Helm's hook names mapped to them)."""
+    return {HELM_PHASES.get(p.strip(), p.strip()) for p in _hook(o).split(",")}
+
+
 @check("wave-health")
 def wave_health(ctx: Context) -> Iterator[Hit]:
     """Nothing that is Healthy only after a pipeline run holds a sync. gitops-engine
     (pkg/sync/sync_context.go) orders a sync by phase and wave, waits for every resource of a
     wave to be Healthy before the next, and ends the operation without waiting once the last
-    wave of the last phase is applied and no hook is left; a retried sync (``syncPolicy.retry``)
-    resumes and waits for the last wave too (seen in the e2e); while an operation runs,
+    wave of the last phase is applied and no hook is left (PruneLast adds a wave of prunes after
+    it); a retried sync (``syncPolicy.retry``) of an Application with waves was seen waiting for
+    the last wave too (docs/gitops.md, the e2e); while an operation runs,
     automated sync skips every later push. So such a resource (or a child Application syncing
     one) is never before the last wave nor a hook after it, and an Application that retries
     holds one only when all its resources are in one wave."""
@@ -90,7 +110,7 @@ def wave_health(ctx: Context) -> Iterator[Hit]:
         hooks = [o for o in synced if _hook(o)]
         # a PostSync hook runs once the Sync phase is Healthy; a Sync hook in or after the last
         # wave makes that wave wait (PreSync and SyncFail hooks run before or instead)
-        phases = {h.ref: {p.strip() for p in _hook(h).split(",")} for h in hooks}
+        phases = {h.ref: _phases(h) for h in hooks}
         after = [
             h for h in hooks
             if "PostSync" in phases[h.ref] or ("Sync" in phases[h.ref] and wave(h) >= last)
@@ -99,6 +119,11 @@ def wave_health(ctx: Context) -> Iterator[Hit]:
             dig(app.doc, "spec", "syncPolicy", "retry") is not None
             and len({wave(r) for r in resources}) > 1
         )
+        # PruneLast: a sync that prunes does so in a wave after the last one (gitops-engine
+        # WithPruneLast), so the last wave's resources are waited for like any earlier wave's
+        options = dig(app.doc, "spec", "syncPolicy", "syncOptions") or []
+        if "PruneLast=true" in options:
+            last += 1
         for o in resources:
             why = ""
             if _unhealthy_until_a_run(o, wffc):
@@ -109,9 +134,13 @@ def wave_health(ctx: Context) -> Iterator[Hit]:
                     why = f"{o.ref} is not Healthy until a pipeline has run ({', '.join(held)})"
             if why and retries_across_waves:
                 msg = f"{why}, and {app.ref} spans sync waves and retries failed syncs: a retry"
-                msg += " resumes the multi-step sync, which then waits for every applied resource"
-                msg += ", the last wave's too; keep such an Application in one wave"
+                msg += " of it was seen waiting for the last wave's resources too (docs/gitops.md)"
+                msg += "; keep such an Application in one wave"
                 yield o, f"metadata.annotations[{WAVE}]", msg
+            elif why and wave(o) < last and "PruneLast=true" in options:
+                msg = f"{why}, and {app.ref} syncs with PruneLast=true: a sync that prunes does so"
+                msg += " after the last wave, waiting for it, and automated sync skips every later"
+                yield o, "spec.syncPolicy.syncOptions", msg + " push; drop PruneLast"
             elif why and wave(o) < last:
                 msg = f"wave {wave(o)} of {app.ref}, before its last wave {last}: {why}, so each"
                 msg += " sync waits there and automated sync skips every later push; put it in"

@@ -122,6 +122,41 @@ def test_a_presync_hook_does_not_count_as_the_last_wave(broken):
     assert not hits, [f.format() for f in hits]
 
 
+def test_a_wave_is_read_as_argo_cd_reads_it(broken):
+    """gitops-engine's syncwaves.Wave: an integer (Go's Atoi) or else Helm's hook weight, else
+    wave 0; a value that is no integer is no error (wave 0): ``x`` and ``1_0`` (10 to Python's
+    int, which would put the PVC before the InferenceService's wave) leave everything in 0."""
+
+    def hits() -> list:
+        return [f for f in broken.check(APPS, "overlays/local-k3d") if f.check == "wave-health"]
+
+    for bad in ("x", "1_0"):
+        broken.edit(ISVC, in_wave(bad))
+        assert not hits(), bad
+    broken.edit(ISVC, lambda d: d["metadata"]["annotations"].update({"helm.sh/hook-weight": "-1"}))
+    assert any(f.obj == "InferenceService/fashion-mnist/fashion-mnist" for f in hits())
+
+
+def test_prune_last_holds_the_last_wave(broken):
+    """PruneLast=true prunes in a wave after the last: every sync that prunes waits for the
+    InferenceService."""
+    broken.edit(
+        ML_APP,
+        lambda d: d["spec"]["syncPolicy"].setdefault("syncOptions", []).append("PruneLast=true"),
+    )
+    hits = only(broken.check(APPS, "overlays/local-k3d"), "wave-health")
+    (f,) = [f for f in hits if f.obj == "InferenceService/fashion-mnist/fashion-mnist"]
+    assert "PruneLast" in f.message and f.field == "spec.syncPolicy.syncOptions"
+
+
+def test_a_helm_post_install_hook_is_a_post_sync_hook(broken):
+    job = _hook_job("PostSync", "0")
+    job["metadata"]["annotations"] = {"helm.sh/hook": "post-install"}
+    broken.append(ISVC, job)
+    hits = only(broken.check(APPS, "overlays/local-k3d"), "wave-health")
+    assert any(f.obj == "InferenceService/fashion-mnist/fashion-mnist" for f in hits)
+
+
 def test_memoize_cache_in_git_is_ignored_by_argocd(broken):
     broken.append("base/ml/pipeline/rbac.yaml", CACHE)
     (f,) = only(broken.check(APPS, "overlays/local-k3d"), "argocd-drift")
