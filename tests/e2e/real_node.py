@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -91,7 +92,10 @@ def seeded_volume(namespace: str) -> Path:
     root = volume_root(namespace)
     shutil.copytree(src, root / "tfds", dirs_exist_ok=True)
     chown_tree(root)
-    root.chmod(0o755)
+    # the mode k3s' local-path provisioner gives a volume (`mkdir -m 0777`): the kubelet makes a
+    # pod's missing subPath (KServe's pvc://.../models/fashion-mnist, before any version exists)
+    # with the volume's mode, owned by root; under 0755 the pipeline (UID 1000) could not publish
+    root.chmod(0o777)
     return root
 
 
@@ -105,6 +109,23 @@ def chown_tree(root: Path) -> None:
 def imported_images() -> set[str]:
     """The image references the node's containerd holds (images.txt, written at its start)."""
     return {line for line in (node_dir() / "images.txt").read_text().split() if line}
+
+
+def tag_image(source: str, target: str) -> None:
+    """Give the node's image ``source`` the second name ``target`` (``ctr images tag``; the
+    kubelet's CRI sees the new name at once), as :func:`canonical` names both: for a name an
+    upstream controller derives at run time (KServe's ``runtimeVersion`` tag), which no
+    manifest of the repository holds for the e2e's layers to map. Raises CalledProcessError
+    when ``source`` was not imported."""
+    bin_dir = subprocess.run(
+        [str(REPO_ROOT / "scripts" / "tools.sh"), "--bin-dir", "containerd"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    subprocess.run(
+        [f"{bin_dir}/ctr", "--address", str(node_dir() / "containerd.sock"), "--namespace",
+         "k8s.io", "images", "tag", "--force", canonical(source), canonical(target)],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
 
 
 def canonical(ref: str) -> str:

@@ -15,12 +15,10 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import time
 from pathlib import Path
 
-import controllers
 import pytest
 import real_node
 import yaml
@@ -34,10 +32,7 @@ from e2e_kube import (
     versions_env,
     wait_until,
 )
-
-# A whole pipeline run on 2 cores: ingest, three 2-worker TFJobs and the 2-replica PyTorchJob at
-# once, select, serve (docs/e2e.md)
-PIPELINE_TIMEOUT_S = 900
+from pipeline_run import PIPELINE_TIMEOUT_S, SMOKE_RUN, clear_volume, fresh_run, script
 
 
 @pytest.fixture
@@ -230,32 +225,8 @@ def pipeline_ns(kubectl, kubeconfig, overlay, real_ns, platform) -> str:
             # the test reads their containers' exit codes); the namespace goes after the test
             assert o["spec"].pop("podGC") == {"strategy": "OnPodSuccess"}
     kubectl.apply(objs)
-    _fresh_run(kubectl, kubeconfig, one(overlay, "PersistentVolumeClaim"), real_ns)
+    fresh_run(kubectl, kubeconfig, one(overlay, "PersistentVolumeClaim"), real_ns)
     return real_ns
-
-
-def _fresh_run(kubectl, kubeconfig, pvc: dict, ns: str) -> None:
-    """What a pipeline run in ``ns`` starts from: the project's ``pvc`` bound to a host
-    directory seeded with the offline tfds build, and an empty memoization cache. Argo v4.0.5
-    keeps one cache per ConfigMap *name*, in the controller's namespace
-    (workflow/controller/cache/cache.go, NewCacheFactory), so another namespace's runs would
-    answer this one's ingest (the controller may only update that one ConfigMap by name,
-    base/ml/pipeline/rbac.yaml, so it cannot be renamed here)."""
-    kubectl("delete", "configmap", "fashion-mnist-ingest-cache", "-n", "argo", "--ignore-not-found")
-    controllers.provide_volume(kubeconfig, pvc, ns, real_node.seeded_volume(ns))
-
-
-def _dev_loop(
-    kubectl, kubeconfig, ns: str, *argv: str, timeout: int = 360
-) -> subprocess.CompletedProcess:
-    """One of the README's scripts against namespace ``ns`` (lib.sh's NAMESPACE), its TIMEOUT
-    ``timeout`` seconds."""
-    env = {**os.environ, "KUBECONFIG": str(kubeconfig), "KUBECTL": kubectl.binary,
-           "NAMESPACE": ns, "TIMEOUT": str(timeout), "POLL": "2"}  # fmt: skip
-    return subprocess.run(
-        [str(REPO_ROOT / "scripts" / argv[0]), *argv[1:]],
-        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=timeout + 60,
-    )  # fmt: skip
 
 
 def _workflow_pods(kubectl, ns: str) -> list[dict]:
@@ -268,7 +239,7 @@ def test_ingest_step_runs_with_the_real_executor(kubectl, kubeconfig, pipeline_n
     argoexec image) and the project image's ingest, which finds the offline tfds build on the
     PVC, verifies it and exits 0; the `wait` container reports through the pipeline Role. A
     second run is answered from the memoization cache without a pod."""
-    proc = _dev_loop(kubectl, kubeconfig, pipeline_ns, "submit-pipeline.sh", "--wait",
+    proc = script(kubectl, kubeconfig, pipeline_ns, "submit-pipeline.sh", "--wait",
                      "--entrypoint", "ingest")  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (pod,) = _workflow_pods(kubectl, pipeline_ns)
@@ -283,31 +254,10 @@ def test_ingest_step_runs_with_the_real_executor(kubectl, kubeconfig, pipeline_n
     log = kubectl("logs", "-n", pipeline_ns, pod["metadata"]["name"], "-c", "main")
     assert "fashion_mnist already ingested at /mnt/shared/tfds" in log, log[-2000:]
     # memoized: the second run finds the step in the cache the first one wrote, runs no pod
-    proc = _dev_loop(kubectl, kubeconfig, pipeline_ns, "submit-pipeline.sh", "--wait",
+    proc = script(kubectl, kubeconfig, pipeline_ns, "submit-pipeline.sh", "--wait",
                      "--entrypoint", "ingest")  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert len(_workflow_pods(kubectl, pipeline_ns)) == 1
-
-
-# The small budget of the pipeline's real run (`-p`, as a user cuts a smoke run): one epoch of
-# 2,048 training images per variant; requests small enough that all eight replicas (three
-# 2-worker TFJobs, the PyTorchJob's Master and Worker) are scheduled at once on the 2-CPU node
-# (training-operator v1.9.4 has no gang scheduling: jobs admitted a replica at a time could each
-# wait for a peer forever); min-accuracy 0 (one epoch of 2,048 images is not a model worth
-# 0.85). The PyTorchJob's image is the pipeline image with PyTorch's CUDA wheels (ml_torch,
-# about 8 GB), its Worker's init container the busybox image imported as the operator's default
-# alpine:3.10 (scripts/e2e-images.sh).
-SMOKE_RUN = {
-    "epochs": "1",
-    "train-examples": "2048",
-    "validation-examples": "512",
-    "batch-size-per-replica": "64",
-    "precision": "float32",
-    "min-accuracy": "0",
-    "train-resources": json.dumps(
-        {"requests": {"cpu": "200m", "memory": "768Mi"}, "limits": {"cpu": "2", "memory": "3Gi"}}
-    ),
-}
 
 
 # The namespace of the ML layer in the overlays, where the README's deploy.sh puts it
@@ -324,12 +274,11 @@ def deployed(platform, kubectl, kubeconfig, overlay) -> str:
     volume: the test counts one run's jobs and versions."""
     pvc = one(overlay, "PersistentVolumeClaim")
     kubectl("delete", "namespace", NAMESPACE, "--ignore-not-found", "--timeout=300s")
-    kubectl("delete", "pv", controllers.volume_name(pvc, NAMESPACE), "--ignore-not-found")
-    shutil.rmtree(real_node.volume_root(NAMESPACE), ignore_errors=True)
-    proc = _dev_loop(kubectl, kubeconfig, NAMESPACE, "deploy.sh", "local-k3d")
+    clear_volume(kubectl, pvc, NAMESPACE)
+    proc = script(kubectl, kubeconfig, NAMESPACE, "deploy.sh", "local-k3d")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     real_node.opt_in(kubectl, NAMESPACE)
-    _fresh_run(kubectl, kubeconfig, pvc, NAMESPACE)
+    fresh_run(kubectl, kubeconfig, pvc, NAMESPACE)
     return NAMESPACE
 
 
@@ -346,7 +295,7 @@ def test_the_readme_pipeline_runs_every_step_on_real_pods(kubectl, kubeconfig, d
     server-side apply that shares the object with deploy.sh's."""
     ns = deployed
     params = [a for k, v in SMOKE_RUN.items() for a in ("-p", f"{k}={v}")]
-    proc = _dev_loop(
+    proc = script(
         kubectl, kubeconfig, ns, "submit-pipeline.sh", "--wait", *params,
         timeout=PIPELINE_TIMEOUT_S,
     )  # fmt: skip
@@ -485,7 +434,7 @@ def test_a_worker_that_really_fails_fails_train_sh_promptly(
     Argo's message instead of waiting for its TIMEOUT: the bound on a trainer that always
     crashes."""
     t0 = time.monotonic()
-    proc = _dev_loop(kubectl, kubeconfig, pipeline_ns, "train.sh", "cnn",
+    proc = script(kubectl, kubeconfig, pipeline_ns, "train.sh", "cnn",
                      "-p", "learning-rate=not-a-number", timeout=PIPELINE_TIMEOUT_S)  # fmt: skip
     print(f"a crashing trainer failed train.sh after {time.monotonic() - t0:.0f} s")
     assert proc.returncode == 1, proc.stdout + proc.stderr

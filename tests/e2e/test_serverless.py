@@ -61,13 +61,18 @@ COLD_STARTS = 5
 HEY_CONCURRENCY = 5
 
 
-@pytest.fixture(scope="module")
-def ingress(kubectl, platform) -> str:
+def ingress_url(kubectl) -> str:
     """Traefik's public entry point (Service ``traefik``), as ``http://CLUSTER-IP:PORT``."""
-    if not controllers.serverless():
-        pytest.fail("the tier serving is skipped (E2E_SKIP_TIERS): Knative does not run")
     svc = kubectl.json("get", "service", "traefik", "-n", "traefik")
     return f"http://{svc['spec']['clusterIP']}:{svc['spec']['ports'][0]['port']}"
+
+
+@pytest.fixture(scope="module")
+def ingress(kubectl, platform) -> str:
+    """:func:`ingress_url`; pytest.fail when the tier serving is skipped."""
+    if not controllers.serverless():
+        pytest.fail("the tier serving is skipped (E2E_SKIP_TIERS): Knative does not run")
+    return ingress_url(kubectl)
 
 
 def serverless_isvc(isvc: dict, namespace: str, runtime: str) -> dict:
