@@ -49,12 +49,21 @@
 #   TOOL_GENERATED     bash array of paths that upstream's `go generate` writes into its tree
 #                      (the zip lacks them): tool_generate_source must make each one; the source
 #                      is copied to ./src as above
+#   TOOL_MAIN_MODULES  bash array "MODPATH=DIR": main modules that no proxy can serve (their
+#                      go.mod names a path that does not match their folder, and replaces
+#                      TOOL_MODULE with the tree above them: cert-manager's cmd/*), laid out by
+#                      tool_main_source under ./main; each one's replace of TOOL_MODULE is
+#                      dropped for TOOL_MODULE@VERSION from the proxy, and the tool module
+#                      requires MODPATH@v0.0.0 replaced by ./main/DIR. A TOOL_PACKAGES entry
+#                      inside one is got at v0.0.0
 # and may define these functions (they see MODULE_VERSION and MODULE_TIME, the module's
 # publication time from the proxy, RFC 3339):
 #   tool_module_version VERSION    -> the module version to require (default: add "v")
 #   tool_local_replace MODPATH DIR -> version for an upstream replace "MODPATH => ./DIR", or "-"
 #                                     to drop that replace; without the function a local
 #                                     replace in upstream's go.mod is an error
+#   tool_main_source DEST          -> lays out upstream's tree of TOOL_MAIN_MODULES under DEST
+#                                     (required with TOOL_MAIN_MODULES)
 #   tool_generate_source           -> runs in the tool module after `go get -tool`, the source in
 #                                     ./src: makes TOOL_GENERATED as upstream's go generate does
 #   tool_ldflags                   -> extra -ldflags (e.g. -X version variables); "-s -w" is
@@ -205,10 +214,30 @@ resolve_module() {
     done
     flags+=("-replace=$TOOL_MODULE=./src")
   fi
+  local main mpath mdir
+  for main in "${TOOL_MAIN_MODULES[@]+"${TOOL_MAIN_MODULES[@]}"}"; do
+    if [[ ! -d main ]]; then
+      declare -F tool_main_source >/dev/null \
+        || die "$tool: TOOL_MAIN_MODULES is set and the recipe has no tool_main_source"
+      mkdir main && tool_main_source "$PWD/main" && chmod -R u+w main
+    fi
+    mpath="${main%%=*}" mdir="main/${main#*=}"
+    [[ -f "$mdir/go.mod" ]] || die "$tool: tool_main_source made no $mdir/go.mod"
+    [[ "$(go mod edit -json "$mdir/go.mod" | python3 -c 'import json,sys; print(json.load(sys.stdin)["Module"]["Path"])')" == "$mpath" ]] \
+      || die "$tool: $mdir/go.mod is not module $mpath"
+    (cd "$mdir" && go mod edit -dropreplace="$TOOL_MODULE" -require="$TOOL_MODULE@$MODULE_VERSION")
+    flags+=("-require=$mpath@v0.0.0" "-replace=$mpath=./$mdir")
+  done
   if ((${#flags[@]})); then go mod edit "${flags[@]}"; fi
   local -a pkgs=()
-  local p
-  for p in "${TOOL_PACKAGES[@]}"; do pkgs+=("$p@$MODULE_VERSION"); done
+  local p v
+  for p in "${TOOL_PACKAGES[@]}"; do
+    v="$MODULE_VERSION"
+    for main in "${TOOL_MAIN_MODULES[@]+"${TOOL_MAIN_MODULES[@]}"}"; do
+      if [[ "$p" == "${main%%=*}" || "$p" == "${main%%=*}/"* ]]; then v=v0.0.0; fi
+    done
+    pkgs+=("$p@$v")
+  done
   T_GET="$(date +%s)" # the start of the download phase (build-phases)
   go get -tool "${pkgs[@]}"
 }

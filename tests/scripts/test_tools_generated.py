@@ -26,6 +26,8 @@ FILES = {
         '\tos.WriteFile("data.txt", append(b, []byte(" "+os.Getenv("VERSION"))...), 0o600)\n}\n'
     ),
     "cmd/hello/template.txt": "generated",
+    # a library package of the module (what cert-manager's cmd/* import from its root module)
+    "lib/lib.go": 'package lib\n\n// Name is what the main module prints.\nconst Name = "main"\n',
     "cmd/hello/main.go": (
         f'package main\n\nimport (\n\t_ "embed"\n\t"fmt"\n\n\t"{DEP}"\n)\n\n'
         "//go:embed data.txt\nvar data string\n\nfunc main() { fmt.Print(data + dep.Suffix) }\n"
@@ -138,3 +140,55 @@ def test_a_failed_download_is_logged_and_left_to_the_build(tree):
     assert not list((tree / "tmp").iterdir())
     proc = build(tree, bad + GENERATE)
     assert proc.returncode == 1 and "build failed" in proc.stderr, proc.stderr
+
+
+# --- TOOL_MAIN_MODULES: main modules no proxy can serve (cert-manager's cmd/*) -----------------
+
+MAIN_PATH = f"{MODULE}/hello-binary"  # a path that does not match its folder, as cert-manager's
+MAIN_FILES = {
+    "go.mod": (
+        f"module {MAIN_PATH}\n\ngo 1.22\n\nreplace {MODULE} => ../../\n\n"
+        f"require {MODULE} v0.0.0-00010101000000-000000000000\n"
+    ),
+    "main.go": (
+        f'package main\n\nimport (\n\t"fmt"\n\n\t"{DEP}"\n\t"{MODULE}/lib"\n)\n\n'
+        "func main() { fmt.Print(lib.Name + dep.Suffix) }\n"
+    ),
+}
+MAIN_RECIPE = f"""TOOL_VERSION_KEY=FAKE_VERSION
+TOOL_MODULE={MODULE}
+TOOL_MAIN_MODULES=({MAIN_PATH}=cmd/hello)
+TOOL_PACKAGES=({MAIN_PATH})
+TOOL_BINARIES=(hello-binary=hello)
+"""
+
+
+def main_source(tree: Path) -> str:
+    """A tool_main_source that lays out upstream's cmd/hello from a folder of ``tree``."""
+    src = tree / "upstream" / "cmd" / "hello"
+    src.mkdir(parents=True)
+    for name, text in MAIN_FILES.items():
+        (src / name).write_text(text)
+    return f'tool_main_source() {{ cp -r "{tree / "upstream" / "cmd"}" "$1/"; }}\n'
+
+
+def test_a_main_module_no_proxy_serves_builds_against_the_served_module(tree):
+    """The main module's replace of TOOL_MODULE (``../../``) becomes TOOL_MODULE at the pinned
+    version from the proxy (its requirement DEP with it), and the binary is built and named."""
+    proc = build(tree, MAIN_RECIPE + main_source(tree))
+    assert proc.returncode == 0, proc.stderr
+    binary = next((tree / "cache").glob("fake-*/bin/hello"))
+    # (with the main module's requirement of TOOL_MODULE left at its zero version, `go get`
+    # cannot resolve it: the build fails)
+    assert subprocess.run([binary], capture_output=True, text=True).stdout == "main"
+
+
+def test_main_modules_without_a_source_or_with_another_path_are_refused(tree):
+    proc = build(tree, MAIN_RECIPE)
+    assert proc.returncode == 1
+    assert "TOOL_MAIN_MODULES is set and the recipe has no tool_main_source" in proc.stderr
+    wrong = MAIN_RECIPE.replace(f"TOOL_MAIN_MODULES=({MAIN_PATH}=", "TOOL_MAIN_MODULES=(x.com/y=")
+    proc = build(tree, wrong + main_source(tree))
+    assert proc.returncode == 1
+    assert "main/cmd/hello/go.mod is not module x.com/y" in proc.stderr, proc.stderr
+    assert not list((tree / "cache").glob("fake-*/bin"))
