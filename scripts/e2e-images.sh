@@ -42,6 +42,10 @@
 #              (hack/tools/kserve.sh) at /manager, USER 65532, as upstream's Dockerfiles on
 #              distroless static:nonroot (two of its Deployments ask runAsNonRoot without a
 #              user: the image's must be numeric; llmisvc's sets runAsUser 1000)
+#   cert_manager_controller, cert_manager_webhook, cert_manager_cainjector  cert-manager's three
+#              programs (hack/tools/cert-manager.sh), each alone as upstream's images are built
+#              (ko on distroless static, makefile-modules' oci-build): /ko-app/NAME, USER 65532
+#              (its Deployments ask runAsNonRoot without a user: the image's must be numeric)
 #   kube_rbac_proxy  the sidecar of kserve-controller-manager (hack/tools/kube-rbac-proxy.sh) at
 #              /usr/local/bin/kube-rbac-proxy, USER 65532, as upstream's Dockerfile; its tag must
 #              be KUBE_RBAC_PROXY_VERSION, the version built
@@ -88,7 +92,8 @@ BASE_REF=localhost/fmnist-python-base:3.11-bookworm
 # Argo CD's Redis, from Debian (tests/e2e/argocd-layer names it: keep them one)
 REDIS_REF=localhost/fmnist-e2e/redis:bookworm
 IMAGES=(pause python ml ml_torch argoexec agent busybox event_display training_operator
-  workflow_controller argocli kserve_controller kserve_llmisvc kserve_localmodel kube_rbac_proxy
+  workflow_controller argocli cert_manager_controller cert_manager_webhook cert_manager_cainjector
+  kserve_controller kserve_llmisvc kserve_localmodel kube_rbac_proxy
   knative_controller knative_webhook knative_activator knative_autoscaler knative_queue traefik
   argocd redis)
 ALL_IMAGES=("${IMAGES[@]}")
@@ -128,6 +133,10 @@ ref_of() { # IMAGE -> the reference pods ask for (what the kubelet's CRI call na
     training_operator) platform_image training-operator training-operator training-operator ;;
     workflow_controller) platform_image argo-workflows workflow-controller workflow-controller ;;
     argocli) platform_image argo-workflows argo-server argo-server ;;
+    cert_manager_controller) platform_image cert-manager cert-manager cert-manager-controller ;;
+    cert_manager_webhook) platform_image cert-manager cert-manager-webhook cert-manager-webhook ;;
+    cert_manager_cainjector)
+      platform_image cert-manager cert-manager-cainjector cert-manager-cainjector ;;
     kserve_controller) platform_image kserve kserve-controller-manager manager ;;
     kserve_llmisvc) platform_image kserve llmisvc-controller-manager manager ;;
     kserve_localmodel) platform_image kserve kserve-localmodel-controller-manager manager ;;
@@ -160,6 +169,7 @@ inputs_of() { # IMAGE -> what its key hashes besides its recipe and reference
     training_operator) bin_digest training-operator ;;
     workflow_controller) bin_digest workflow-controller ;;
     argocli) bin_digest argo ;;
+    cert_manager_*) bin_digest "cert-manager-${1#cert_manager_}" ;;
     kserve_controller) bin_digest kserve-manager ;;
     kserve_llmisvc) bin_digest kserve-llmisvc ;;
     kserve_localmodel) bin_digest kserve-localmodel ;;
@@ -310,6 +320,9 @@ build_argocli() {
   scratch_image "$2" "$(tool_bin argo)" /bin/argo "" --env PATH=/usr/local/bin:/usr/bin:/bin \
     --user 8737 --workingdir /home/argo --entrypoint '["argo"]'
 }
+build_cert_manager_controller() { ko_like "$2" cert-manager-controller controller; }
+build_cert_manager_webhook() { ko_like "$2" cert-manager-webhook webhook; }
+build_cert_manager_cainjector() { ko_like "$2" cert-manager-cainjector cainjector; }
 kserve_manager() { # REF TOOL_BINARY: upstream's Dockerfiles' last stage (distroless nonroot)
   scratch_image "$1" "$(tool_bin "$2")" /manager "" --user 65532:65532 --entrypoint '["/manager"]'
 }

@@ -15,6 +15,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 KSERVE_VERSION="$(pinned_version KSERVE_VERSION)"
 TRAINING_OPERATOR_VERSION="$(pinned_version TRAINING_OPERATOR_VERSION)"
 ARGO_WORKFLOWS_VERSION="$(pinned_version ARGO_WORKFLOWS_VERSION)"
+CERT_MANAGER_VERSION="$(pinned_version CERT_MANAGER_VERSION)"
 if wants_help "${1:-}"; then
   cat <<USAGE
 usage: scripts/install-platform.sh [--render DIR]
@@ -25,14 +26,12 @@ current kubectl context (KUBECONFIG is honoured), and waits for them. Re-running
   --render DIR  only render what would be applied, into DIR/<part>/{all,crds,objects,deploys,crs}.yaml
                 (no cluster needed)
 Env: UPSTREAM_MIRROR_DIR   read the release manifests from this offline mirror (e.g.
-                           ../shared/upstream; make sets it from MIRROR_DIR). The mirror holds
-                           only the CRDs of cert-manager: in mirror mode it is installed as
-                           CRDs only (its controllers need container images). Knative Serving
-                           too, unless the mirror also holds its serving-core
+                           ../shared/upstream; make sets it from MIRROR_DIR). Knative Serving
+                           is installed as CRDs only unless the mirror also holds its serving-core
                            (knative-serving-core-<version>.yaml; the e2e renders one from the
                            release's module); then Knative and Traefik are installed in full.
-                           KServe, the training operator and Argo Workflows are installed in
-                           full.
+                           cert-manager, KServe, the training operator and Argo Workflows are
+                           installed in full.
      PLATFORM_TIMEOUT      seconds to wait for each step, and for each Deployment's
                            rollout (default 300)
      PLATFORM_LAYER_DIR    a directory of kustomize layers, one per part: <part>/kustomization.yaml
@@ -83,7 +82,6 @@ else
   trap 'rm -rf "${WORK}"' EXIT
 fi
 GH=https://github.com
-CERT_MANAGER_URL="${GH}/cert-manager/cert-manager/releases/download/${CERT_MANAGER_VERSION}/cert-manager.yaml"
 KN_URL="${GH}/knative/serving/releases/download/knative-${KNATIVE_SERVING_VERSION}"
 
 k() { "${KUBECTL}" "$@"; }
@@ -230,6 +228,34 @@ install() {
   if [[ -s "${d}/crs.yaml" ]]; then retry apply -f "${d}/crs.yaml"; fi
 }
 
+# cert_manager_ready: what a user of cert-manager waits for before asking it for a certificate
+# (upstream's startupapicheck, `cmctl check api`): cainjector has injected the webhook's CA into
+# its webhook configurations, and the webhook answers (a server-side dry run of an Issuer, which
+# goes through it, is accepted). Until TIMEOUT, then it names what is not ready.
+cert_manager_ready() {
+  [[ -z "${RENDER_ONLY}" ]] || return 0
+  local deadline=$((SECONDS + TIMEOUT)) err="${WORK}/cert-manager.err" ca=""
+  local issuer='{"apiVersion":"cert-manager.io/v1","kind":"Issuer","metadata":{"name":"install-check","namespace":"cert-manager"},"spec":{"selfSigned":{}}}'
+  while :; do
+    ca="$(k get validatingwebhookconfiguration cert-manager-webhook \
+      -o jsonpath='{.webhooks[0].clientConfig.caBundle}' 2>"${err}")" || ca=""
+    if [[ -n "${ca}" ]] && k create --dry-run=server -f - <<<"${issuer}" >/dev/null 2>"${err}"; then
+      log "cert-manager: its webhook's CA injected by cainjector, the webhook answers"
+      return 0
+    fi
+    if ((SECONDS >= deadline)); then
+      if [[ -z "${ca}" ]]; then
+        log "cert-manager not ready within ${TIMEOUT}s: cainjector has not injected a CA into ValidatingWebhookConfiguration cert-manager-webhook"
+      else
+        log "cert-manager not ready within ${TIMEOUT}s: its webhook does not accept an Issuer: $(tail -n 3 "${err}")"
+      fi
+      k get pods -n cert-manager -o 'custom-columns=POD:.metadata.name,PHASE:.status.phase,READY:.status.containerStatuses[*].ready,WAITING:.status.containerStatuses[*].state.waiting.reason' >&2 || true
+      return 1
+    fi
+    sleep 2
+  done
+}
+
 if [[ -n "${MIRROR}" ]]; then
   PYTHON="${PYTHON:-${REPO_ROOT}/.venv/bin/python}"
   [[ -x "${PYTHON}" ]] || PYTHON="$(command -v python3)" || die "mirror mode needs python3 with PyYAML"
@@ -248,14 +274,10 @@ if [[ -z "${RENDER_ONLY}" ]] && k get namespace kourier-system >/dev/null 2>&1; 
   die "this cluster runs Kourier (namespace kourier-system), which Traefik replaces as Knative's ingress: recreate the cluster (k3d cluster delete; scripts/k3d-up.sh), or remove Kourier and let Knative remake each KIngress as docs/gitops.md (\"Reaching the model\") says, then re-run"
 fi
 
-if [[ -n "${MIRROR}" ]]; then
-  log "cert-manager ${CERT_MANAGER_VERSION}: CRDs only (mirror mode: the mirror holds its CRDs, its controller and webhook need container images)"
-  render cert-manager "${MIRROR}/cert-manager-crds-${CERT_MANAGER_VERSION}.yaml"
-else
-  log "cert-manager ${CERT_MANAGER_VERSION}"
-  render cert-manager "${CERT_MANAGER_URL}"
-fi
+log "cert-manager ${CERT_MANAGER_VERSION}"
+render cert-manager "${REPO_ROOT}/base/platform/cert-manager"
 install cert-manager
+cert_manager_ready
 
 # KServe is rendered first: Knative's domain is derived from its ingressDomain.
 render kserve "${REPO_ROOT}/base/platform/kserve"

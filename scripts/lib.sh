@@ -40,7 +40,8 @@ environment() {
 # pinned_version KEY: the version of a remote base, read from the one place it is stated, the URL
 # in its kustomization (kustomize cannot read versions.env): KSERVE_VERSION (base/platform/kserve;
 # kserve-runtimes names the same release, `make validate` check remote-refs),
-# ARGO_WORKFLOWS_VERSION, TRAINING_OPERATOR_VERSION (`?ref=`), ARGOCD_VERSION (argocd/install).
+# ARGO_WORKFLOWS_VERSION, TRAINING_OPERATOR_VERSION (`?ref=`), ARGOCD_VERSION (argocd/install),
+# CERT_MANAGER_VERSION (base/platform/cert-manager).
 pinned_version() {
   local dir v
   case "$1" in
@@ -48,6 +49,7 @@ pinned_version() {
     ARGO_WORKFLOWS_VERSION) dir=base/platform/argo-workflows ;;
     TRAINING_OPERATOR_VERSION) dir=base/platform/training-operator ;;
     ARGOCD_VERSION) dir=argocd/install ;;
+    CERT_MANAGER_VERSION) dir=base/platform/cert-manager ;;
     *) die "no remote base pins $1" ;;
   esac
   v="$(sed -nE 's#^[[:space:]]*-[[:space:]]+(https://|github\.com/)[^[:space:]]*(/|[?]ref=)(v[0-9]+[.][0-9]+[.][0-9]+)(/[^[:space:]]*)?$#\3#p' \

@@ -30,6 +30,7 @@ REMOTES = {
         "training-operator-{}-standalone.yaml"
     ),
     RELEASE("argoproj/argo-workflows", "install.yaml"): "argo-workflows-{}-install.yaml",
+    RELEASE("cert-manager/cert-manager", "cert-manager.yaml"): "cert-manager-{}.yaml",
     RELEASE("kserve/kserve", "kserve.yaml"): "kserve-{}.yaml",
     RELEASE("kserve/kserve", "kserve-cluster-resources.yaml"): "kserve-cluster-resources-{}.yaml",
     "https://raw.githubusercontent.com/argoproj/argo-cd/{}/manifests/install.yaml": (

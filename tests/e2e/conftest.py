@@ -62,9 +62,7 @@ def platform(kubectl: Kubectl, kubeconfig: Path, tmp_path_factory: pytest.TempPa
     workdir = Path(run_dir) / "logs" / "platform" if run_dir else None
     if workdir is not None:
         workdir.mkdir(parents=True, exist_ok=True)
-    p = controllers.acquire_platform(kubeconfig, workdir or tmp_path_factory.mktemp("controllers"))
-    yield p
-    controllers.release_platform()
+    return controllers.start_platform(kubeconfig, workdir or tmp_path_factory.mktemp("controllers"))
 
 
 @pytest.fixture(scope="module")

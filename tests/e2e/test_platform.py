@@ -1,23 +1,23 @@
 """The platform is installed by ``scripts/install-platform.sh`` itself on the real API server.
 
-The session's platform (``controllers.acquire_platform``) runs the script against the e2e
-admin kubeconfig in offline mirror mode (``UPSTREAM_MIRROR_DIR`` = ../shared/upstream), with
-the e2e's layer (tests/e2e/platform-layer: KServe's imagePullPolicy, CPU requests). KServe's
-three controller managers, the training-operator and Argo (workflow-controller, argo-server)
-run as the pods of the script's own Deployments on the real node (their namespaces placed there
-first; images built here under the pinned names).
+The session's platform (conftest's ``platform``: ``controllers.start_platform``) runs the
+script against the e2e admin kubeconfig in offline mirror mode (``UPSTREAM_MIRROR_DIR`` =
+../shared/upstream), with the e2e's layer (tests/e2e/platform-layer: KServe's imagePullPolicy,
+CPU requests). cert-manager's controller, webhook and cainjector, KServe's three controller
+managers, the training-operator and Argo (workflow-controller, argo-server) run as the pods of
+the script's own Deployments on the real node (their namespaces placed there first; images
+built here under the pinned names).
 
 Real: kube-apiserver (RBAC, default admission), etcd, kube-controller-manager, kube-scheduler;
 the script and kubectl; the pinned upstream release manifests; the controllers and the
-webhooks they serve through their Services (training-operator's TFJob validator with its own
-rotator's certificate; KServe's runtime/InferenceService validators and pod mutator, its
-llmisvc and localmodel webhooks).
+webhooks they serve through their Services (cert-manager's own, with the CA its cainjector
+injects; training-operator's TFJob validator with its own rotator's certificate; KServe's
+runtime/InferenceService validators and pod mutator, its llmisvc and localmodel webhooks, on
+certificates cert-manager issues and cainjector injects).
 
 Stubbed, and why:
-- cert-manager and Knative Serving are installed as CRDs only: the mirror holds only their
-  CRDs, and cert-manager's programs cannot be built here (docs/e2e-controllers.md). The script's
-  mirror mode does exactly that and says so. ``controllers.CertManagerStandIn`` issues the
-  Secrets of KServe's Certificates and injects their CA where cainjector would.
+- without the tier ``serving``, Knative Serving is installed as CRDs only: the mirror then
+  holds no serving-core. The script's mirror mode does exactly that and says so.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ import controllers
 import pytest
 import real_node
 import yaml
-from e2e_kube import REPO_ROOT, Kubectl, one, versions_env, wait_until
+from e2e_kube import REPO_ROOT, Kubectl, KubectlError, one, versions_env, wait_until
 
 from validation.argo import RETRIES, substitute
 
@@ -75,13 +75,12 @@ def test_install_succeeds_offline_and_says_what_is_stubbed(platform):
     log = platform.install_log
     assert "platform ready" in log, log
     v = versions_env()
-    assert f"cert-manager {v['CERT_MANAGER_VERSION']}: CRDs only" in log
+    assert "cert-manager: its webhook's CA injected by cainjector, the webhook answers" in log
     if controllers.serverless():
         assert f"Knative Serving {v['KNATIVE_SERVING_VERSION']}: serving-core" in log
         assert f"Traefik {v['TRAEFIK_VERSION']}: Knative's ingress" in log
     else:
         assert f"Knative Serving {v['KNATIVE_SERVING_VERSION']}: CRDs only, no Traefik" in log
-    assert not platform.certs.errors, platform.certs.errors
     platform.check_alive()
 
 
@@ -159,7 +158,7 @@ def knative_webhook(obj: dict) -> bool:
 
 def test_second_run_changes_nothing(platform, rendered, kubectl, kubeconfig):
     """Idempotent: a second run exits 0 and the objects it applies are unchanged afterwards
-    (``kubectl diff --server-side`` exits 0: the CA that cert-manager's stand-in and the
+    (``kubectl diff --server-side`` exits 0: the CA that cert-manager's cainjector and the
     operator's rotator inject is theirs, not the script's)."""
     before = {
         c["metadata"]["name"]: c["metadata"]["generation"]
@@ -192,11 +191,19 @@ def test_second_run_changes_nothing(platform, rendered, kubectl, kubeconfig):
     platform.check_alive()
 
 
+#: cainjector's annotations: inject the CA of Certificate NAMESPACE/NAME, or of Secret
+#: NAMESPACE/NAME (cert-manager's own webhook, whose CA its webhook makes itself)
+INJECT_CA_FROM = "cert-manager.io/inject-ca-from"
+INJECT_CA_FROM_SECRET = "cert-manager.io/inject-ca-from-secret"
+
+
 def test_webhooks_are_served_as_upstream_serves_them(platform, kubectl):
-    """Every webhook of the training-operator, KServe and Knative is upstream's: its Service (no
-    URL), with a CA injected: the operator's and Knative's own, and for KServe the ``ca.crt`` of the
-    Secret of the Certificate its ``cert-manager.io/inject-ca-from`` names (cert-manager's
-    stand-in), in its webhook configurations and its CRDs' conversion webhooks."""
+    """Every webhook of cert-manager, the training-operator, KServe and Knative is upstream's: its
+    Service (no URL), with a CA injected: the operator's and Knative's own; for KServe the
+    ``ca.crt`` of the Secret that cert-manager issued for the Certificate its
+    ``cert-manager.io/inject-ca-from`` names, in its webhook configurations and its CRDs'
+    conversion webhooks; for cert-manager's own the CA of the Secret its webhook made, both
+    injected by cainjector."""
     configs = [
         c
         for kind in ("validatingwebhookconfiguration", "mutatingwebhookconfiguration")
@@ -207,11 +214,12 @@ def test_webhooks_are_served_as_upstream_serves_them(platform, kubectl):
         for c in configs
         if any(
             w["clientConfig"].get("service", {}).get("namespace")
-            in ("kubeflow", "kserve", "knative-serving")
+            in ("cert-manager", "kubeflow", "kserve", "knative-serving")
             or "url" in w["clientConfig"]
             for w in c["webhooks"]
         )
     }
+    assert "cert-manager-webhook" in mine, sorted(mine)
     assert "validator.training-operator.kubeflow.org" in mine, sorted(mine)
     assert "inferenceservice.serving.kserve.io" in mine, sorted(mine)
     if controllers.serverless():  # Knative's webhook: its own certificate, injected by itself
@@ -219,7 +227,7 @@ def test_webhooks_are_served_as_upstream_serves_them(platform, kubectl):
     crds = [
         c
         for c in kubectl.json("get", "crd")["items"]
-        if controllers.INJECT_CA_FROM in c["metadata"].get("annotations", {})
+        if INJECT_CA_FROM in c["metadata"].get("annotations", {})
     ]
     assert crds, "no CRD asks for cert-manager's CA"
     for c in [*mine.values(), *crds]:
@@ -228,14 +236,20 @@ def test_webhooks_are_served_as_upstream_serves_them(platform, kubectl):
             hooks = [conversion["webhook"]] if conversion.get("strategy") == "Webhook" else []
         else:
             hooks = c["webhooks"]
-        source = c["metadata"].get("annotations", {}).get(controllers.INJECT_CA_FROM)
+        annotations = c["metadata"].get("annotations", {})
         want = None
-        if source:
+        if source := annotations.get(INJECT_CA_FROM):
             ns, name = source.split("/")
             cert = kubectl.json("get", "certificate", name, "-n", ns)
+            ready = {x["type"]: x for x in cert["status"]["conditions"]}["Ready"]
+            assert ready["status"] == "True", cert["status"]
             secret = kubectl.json("get", "secret", cert["spec"]["secretName"], "-n", ns)
-            assert controllers.ISSUED_BY in secret["metadata"]["annotations"]
+            # cert-manager's own annotations on what it issued
+            assert secret["metadata"]["annotations"]["cert-manager.io/certificate-name"] == name
             want = secret["data"]["ca.crt"]
+        elif source := annotations.get(INJECT_CA_FROM_SECRET):
+            ns, name = source.split("/")
+            want = kubectl.json("get", "secret", name, "-n", ns)["data"]["ca.crt"]
         for w in hooks:
             cc = w["clientConfig"]
             assert "url" not in cc, json.dumps(w)
@@ -298,16 +312,26 @@ def test_controllers_run_as_pods_of_the_install_on_the_real_node(platform, kubec
 def test_a_controller_image_that_was_not_imported_fails_the_install_naming_it(
     platform, kubeconfig, tmp_path
 ):
-    """The install waits on what users wait on and says what is not ready: with the
-    localmodel controller's image renamed to a tag the node never imported (a layer over the
-    e2e's own), the script stops after PLATFORM_TIMEOUT and names the Deployment and the
-    pod's ErrImagePull / ImagePullBackOff. A run with the e2e's layer then puts it back."""
+    """The install waits on what users wait on and says what is not ready: with cert-manager's
+    webhook image renamed to a tag the node never imported (a layer over the e2e's own), the
+    script stops after PLATFORM_TIMEOUT at its first part and names the Deployment and the
+    pod's ErrImagePull / ImagePullBackOff (the old pod keeps serving: the rollout surges). A run
+    with the e2e's layer then puts it back."""
     layer = tmp_path / "layer"
     shutil.copytree(controllers.PLATFORM_LAYER, layer)
-    kust = layer / "kserve" / "kustomization.yaml"
-    k = yaml.safe_load(kust.read_text())
-    k["images"] = [{"name": "kserve/kserve-localmodel-controller", "newTag": "not-imported"}]
-    kust.write_text(yaml.safe_dump(k))
+    (layer / "cert-manager").mkdir()
+    (layer / "cert-manager" / "kustomization.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "kustomize.config.k8s.io/v1beta1",
+                "kind": "Kustomization",
+                "resources": ["rendered.yaml"],
+                "images": [
+                    {"name": "quay.io/jetstack/cert-manager-webhook", "newTag": "not-imported"}
+                ],
+            }
+        )
+    )
     env = {**controllers.install_env(kubeconfig), "PLATFORM_LAYER_DIR": str(layer)}
     proc = subprocess.run(
         ["bash", str(REPO_ROOT / "scripts" / "install-platform.sh")],
@@ -318,8 +342,9 @@ def test_a_controller_image_that_was_not_imported_fails_the_install_naming_it(
     try:
         assert proc.returncode != 0, out
         assert "not rolled out within 60s" in out, out
-        assert "kserve-localmodel-controller-manager" in out, out
+        assert "cert-manager-webhook" in out, out
         assert "ErrImagePull" in out or "ImagePullBackOff" in out, out
+        assert "KServe" not in out, out  # stopped at its first part
     finally:
         again = subprocess.run(
             ["bash", str(REPO_ROOT / "scripts" / "install-platform.sh")],
@@ -330,46 +355,102 @@ def test_a_controller_image_that_was_not_imported_fails_the_install_naming_it(
     platform.check_alive()
 
 
-def test_the_cert_manager_stand_in_issues_each_certificate_on_its_own(platform, kubectl, namespace):
-    """A Certificate whose Secret name is taken by a Secret that is not its own is reported
-    (``errors``) and left alone, as cainjector refuses such a Secret; the other Certificates are
-    still issued, with cert-manager's keys and annotations; the report goes once the
-    Certificate does."""
+#: KServe's webhook certificate (its install's Certificate ``serving-cert``) and the webhook
+#: configuration cainjector injects its CA into
+KSERVE_CERT, KSERVE_SECRET = "serving-cert", "kserve-webhook-server-cert"
+KSERVE_MUTATING = "inferenceservice.serving.kserve.io"
 
-    def certificate(name: str, secret: str) -> dict:
-        return {
-            "apiVersion": "cert-manager.io/v1",
-            "kind": "Certificate",
-            "metadata": {"name": name, "namespace": namespace},
-            "spec": {
-                "secretName": secret,
-                "dnsNames": [f"{name}.{namespace}.svc"],
-                "issuerRef": {"kind": "Issuer", "name": "selfsigned-issuer"},
-            },
-        }
 
-    kubectl("create", "secret", "generic", "taken", "-n", namespace, "--from-literal=a=b")
-    kubectl.apply([certificate("squatted", "taken"), certificate("fresh", "fresh-tls")])
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        errors = list(platform.certs.errors)
-        issued = kubectl.run("get", "secret", "fresh-tls", "-n", namespace, "-o", "json")
-        if errors and issued.returncode == 0:
-            break
-        time.sleep(1)
-    assert [e for e in errors if f"Secret {namespace}/taken is not Certificate squatted" in e]
-    secret = json.loads(issued.stdout)
-    assert secret["type"] == "kubernetes.io/tls"
-    assert set(secret["data"]) == {"tls.crt", "tls.key", "ca.crt"}
-    assert secret["metadata"]["annotations"]["cert-manager.io/certificate-name"] == "fresh"
-    cert = kubectl.json("get", "certificate", "fresh", "-n", namespace)
-    assert {(c["type"], c["status"]) for c in cert["status"]["conditions"]} == {("Ready", "True")}
-    assert kubectl.json("get", "secret", "taken", "-n", namespace)["data"] == {"a": "Yg=="}
-    kubectl("delete", "certificate", "squatted", "-n", namespace)
-    deadline = time.monotonic() + 30
-    while platform.certs.errors and time.monotonic() < deadline:
-        time.sleep(1)
-    assert platform.certs.errors == []
+def _isvc_dry_run(kubectl: Kubectl, overlay: list[dict], namespace: str):
+    """A server-side dry run of the overlay's InferenceService in ``namespace``: it goes through
+    KServe's defaulting and validating webhooks (and writes nothing)."""
+    isvc = json.loads(json.dumps(one(overlay, "InferenceService")))
+    isvc["metadata"]["namespace"] = namespace
+    return kubectl.run("create", "--dry-run=server", "-f", "-", input=yaml.safe_dump(isvc))
+
+
+def _isvc_accepted(
+    kubectl: Kubectl, overlay: list[dict], namespace: str, timeout: float, what: str
+):
+    """Wait until :func:`_isvc_dry_run` passes KServe's webhooks (AssertionError naming
+    ``what`` and the last refusal otherwise)."""
+
+    def accepted():
+        proc = _isvc_dry_run(kubectl, overlay, namespace)
+        if proc.returncode != 0:
+            raise KubectlError(["create", "--dry-run=server"], proc.returncode, "", proc.stderr)
+        return True
+
+    return wait_until(accepted, timeout=timeout, what=what)
+
+
+def _kserve_ca(kubectl: Kubectl) -> str | None:
+    """The caBundle of the first webhook of KServe's mutating configuration (None: removed)."""
+    cfg = kubectl.json("get", "mutatingwebhookconfiguration", KSERVE_MUTATING)
+    return cfg["webhooks"][0]["clientConfig"].get("caBundle")
+
+
+def test_a_deleted_certificate_secret_is_issued_again_and_the_webhook_serves_again(
+    platform, kubectl, overlay, namespace
+):
+    """cert-manager, not the test run, keeps KServe's webhook certificate: its Secret deleted, the
+    controller issues a new one for the Certificate (cert-manager's annotations, another
+    certificate), cainjector injects its CA into KServe's webhook configurations, and once the
+    kubelet has given the pod the new files (KServe's manager reloads them) the webhook serves
+    an InferenceService again."""
+    _isvc_accepted(kubectl, overlay, namespace, 30, "the InferenceService accepted")
+    old = kubectl.json("get", "secret", KSERVE_SECRET, "-n", "kserve")["data"]
+    kubectl("delete", "secret", KSERVE_SECRET, "-n", "kserve")
+
+    def issued():
+        got = kubectl.run("get", "secret", KSERVE_SECRET, "-n", "kserve", "-o", "json")
+        return json.loads(got.stdout) if got.returncode == 0 else None
+
+    new = wait_until(issued, timeout=90, what=f"cert-manager issuing {KSERVE_SECRET} again")
+    assert new["metadata"]["annotations"]["cert-manager.io/certificate-name"] == KSERVE_CERT
+    assert new["data"]["tls.crt"] != old["tls.crt"]
+    wait_until(
+        lambda: _kserve_ca(kubectl) == new["data"]["ca.crt"],
+        timeout=90,
+        what="cainjector injecting the new CA into KServe's webhooks",
+    )
+    _isvc_accepted(kubectl, overlay, namespace, 240, "KServe's webhook serving the new certificate")
+    platform.check_alive()
+
+
+def test_a_ca_removed_while_cainjector_is_down_refuses_then_cainjector_restores_it(
+    platform, kubectl, overlay, namespace
+):
+    """cainjector stopped and the CA removed from KServe's defaulting webhook: the API server
+    cannot trust the webhook, so an InferenceService is refused, naming the webhook and the
+    certificate; cainjector started again puts the CA back and the same InferenceService is
+    accepted."""
+    selector = "app.kubernetes.io/component=cainjector"
+    kubectl("scale", "deployment", "cert-manager-cainjector", "-n", "cert-manager", "--replicas=0")
+    try:
+        wait_until(
+            lambda: not kubectl.json("get", "pods", "-l", selector, "-n", "cert-manager")["items"],
+            timeout=120,
+            what="cainjector's pod gone",
+        )
+        kubectl("patch", "mutatingwebhookconfiguration", KSERVE_MUTATING, "--type=json", "-p",
+                '[{"op": "remove", "path": "/webhooks/0/clientConfig/caBundle"}]')  # fmt: skip
+        assert _kserve_ca(kubectl) is None
+        refused = wait_until(
+            lambda: (p := _isvc_dry_run(kubectl, overlay, namespace)).returncode != 0 and p,
+            timeout=60,
+            what="the InferenceService refused",
+        )
+        assert "inferenceservice.kserve-webhook-server.defaulter" in refused.stderr, refused.stderr
+        assert "x509" in refused.stderr or "certificate" in refused.stderr, refused.stderr
+    finally:
+        kubectl("scale", "deployment", "cert-manager-cainjector", "-n", "cert-manager",
+                "--replicas=1")  # fmt: skip
+    kubectl("rollout", "status", "deployment/cert-manager-cainjector", "-n", "cert-manager",
+            "--timeout=180s", timeout=200)  # fmt: skip
+    wait_until(lambda: _kserve_ca(kubectl), timeout=120, what="cainjector restoring the CA")
+    _isvc_accepted(kubectl, overlay, namespace, 60, "the InferenceService accepted again")
+    platform.check_alive()
 
 
 # --- the install's RBAC, broken as a bad upgrade or a hand edit would break it -----------------

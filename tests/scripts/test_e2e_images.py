@@ -19,6 +19,7 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 KNATIVE = [f"knative_{n}" for n in ("controller", "webhook", "activator", "autoscaler", "queue")]
+CERT_MANAGER = [f"cert_manager_{n}" for n in ("controller", "webhook", "cainjector")]
 COPIED = ["scripts", "versions.env", "Dockerfile", "pyproject.toml", "README.md", "src",
           "overlays", "base", "argocd", "tests/e2e/argocd-layer", ".venv"]  # fmt: skip
 
@@ -60,9 +61,9 @@ def test_references_are_what_the_pods_ask_for(clone, tmp_path):
     images = listing(clone, tmp_path / "cache")
     assert list(images) == [
         "pause", "python", "ml", "ml_torch", "argoexec", "agent", "busybox", "event_display",
-        "training_operator", "workflow_controller", "argocli", "kserve_controller",
-        "kserve_llmisvc", "kserve_localmodel", "kube_rbac_proxy", *KNATIVE, "traefik",
-        "argocd", "redis",
+        "training_operator", "workflow_controller", "argocli", *CERT_MANAGER,
+        "kserve_controller", "kserve_llmisvc", "kserve_localmodel", "kube_rbac_proxy", *KNATIVE,
+        "traefik", "argocd", "redis",
     ]  # fmt: skip
     v = dict(
         line.split("=", 1) for line in (REPO / "versions.env").read_text().splitlines()
@@ -104,6 +105,13 @@ def test_references_are_what_the_pods_ask_for(clone, tmp_path):
         r"\?ref=(v[\d.]+)",
         (REPO / "base" / "platform" / "training-operator" / "kustomization.yaml").read_text(),
     )[1]
+    cert_manager = re.search(
+        r"/releases/download/(v[\d.]+)/cert-manager.yaml",
+        (REPO / "base" / "platform" / "cert-manager" / "kustomization.yaml").read_text(),
+    )[1]
+    for image in CERT_MANAGER:  # the release's names: quay.io/jetstack/cert-manager-<program>
+        program = image.removeprefix("cert_manager_")
+        assert images[image][0] == f"quay.io/jetstack/cert-manager-{program}:{cert_manager}"
     agent = images["agent"][0].removeprefix("docker.io/")
     mirror = Path(os.environ.get("UPSTREAM_MIRROR_DIR") or REPO.parent / "shared" / "upstream")
     kserve = f"kserve-{agent.rsplit(':', 1)[1]}.yaml"
@@ -118,11 +126,12 @@ def test_references_are_what_the_pods_ask_for(clone, tmp_path):
         ("kserve_llmisvc", kserve),
         ("kserve_localmodel", kserve),
         ("kube_rbac_proxy", kserve),
+        *((image, f"cert-manager-{cert_manager}.yaml") for image in CERT_MANAGER),
     ]:
         ref = images[image][0]
         # the manifest's name, or its short form that containerd names with docker.io/
         name = rf"(docker\.io/)?{re.escape(ref.removeprefix('docker.io/'))}"
-        assert re.search(rf"image: {name}$", (mirror / manifest).read_text(), re.M), ref
+        assert re.search(rf'image: "?{name}"?$', (mirror / manifest).read_text(), re.M), ref
     assert images["kube_rbac_proxy"][0].endswith(f":{v['KUBE_RBAC_PROXY_VERSION']}")
     assert (
         images["kserve_controller"][0]
@@ -208,7 +217,7 @@ def test_a_shared_helpers_change_rebuilds_the_images_whose_recipes_call_it(clone
     changed = {i for i in before if after[i][1] != before[i][1]}
     assert changed == {
         "argoexec", "agent", "busybox", "event_display", "training_operator",
-        "workflow_controller", "argocli", "kserve_controller", "kserve_llmisvc",
+        "workflow_controller", "argocli", *CERT_MANAGER, "kserve_controller", "kserve_llmisvc",
         "kserve_localmodel", "kube_rbac_proxy", *KNATIVE, "traefik",
     }  # fmt: skip
 
