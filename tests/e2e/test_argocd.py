@@ -54,6 +54,7 @@ from fmnist_common import (
 HEALTH_STATUSES = {"Healthy", "Progressing", "Degraded", "Suspended", "Missing", "Unknown"}
 #: Every Application of argocd/apps/local-k3d by its sync wave in the root app.
 WAVES = {
+    -4: ("cert-manager",),
     -3: ("training-operator", "argo-workflows", "kserve"),
     -2: ("kserve-runtimes",),
     0: ("fashion-mnist",),
@@ -274,7 +275,7 @@ def test_every_application_syncs_from_git_in_its_waves(setup: GitOps, kubectl: K
     )
     head = git("rev-parse", "HEAD", cwd=setup.served).strip()
     assert {rev for _, _, rev in got.values()} == {head}, got
-    for wave in (-3, -2):
+    for wave in (-4, -3, -2):
         for name in WAVES[wave]:
             assert got[name][1] == "Healthy", gitops.describe(kubectl)
     ml = gitops.app(kubectl, ML_APP)

@@ -124,4 +124,5 @@ def test_argocd_apps_per_environment(full_run):
             for n, a in apps.items()
         }
         assert waves["training-operator"] < waves["kserve-runtimes"] < waves["fashion-mnist"]
+        assert waves["cert-manager"] < waves["kserve"]  # KServe's webhook certificates
         assert len({a["spec"]["source"]["repoURL"] for a in apps.values()}) == 1
