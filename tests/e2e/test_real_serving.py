@@ -37,6 +37,7 @@ import pytest
 import real_node
 import yaml
 from e2e_kube import REPO_ROOT, create_namespace, one, wait_until
+from knative_status import wait_ksvc_ready
 from test_kserve import standard_mode
 
 from fmnist_common import (
@@ -51,6 +52,8 @@ from fmnist_common import (
 RUNTIME = REPO_ROOT / "hack" / "e2e" / "serving-runtime.yaml"
 AGENT_PORT = 9081  # KServe's agent (constants.InferenceServiceDefaultAgentPort)
 READY_TIMEOUT_S = 300
+#: message-dumper's first pod: its image is imported, so it starts in seconds
+DUMPER_READY_TIMEOUT_S = 120
 # Standard mode's metric for the Knative one (concurrency): KServe's HPA on CPU utilisation of
 # the pod's requests summed, out at 50 %. The bounds and the requests are the rendered object's
 # own (but the CPU request, below); with the controller-manager's 30 s scale-in stabilisation
@@ -75,14 +78,9 @@ def dumper_ksvc(overlay: list[dict], namespace: str) -> dict:
 
 def dumper_ready(kubectl, namespace: str) -> None:
     """Wait until message-dumper's Knative Service in ``namespace`` is Ready (its route
-    reachable through Traefik's private entry point); AssertionError with its conditions."""
-
-    def ready():
-        got = kubectl.json("get", "ksvc", "message-dumper", "-n", namespace)
-        conds = {c["type"]: c["status"] for c in (got.get("status") or {}).get("conditions", [])}
-        return got if conds.get("Ready") == "True" else None
-
-    wait_until(ready, timeout=120, what=f"message-dumper's Knative Service Ready in {namespace}")
+    reachable through Traefik's private entry point); AssertionError naming what holds it
+    (knative_status.why_not_ready: the Revision's, PodAutoscaler's and pod's reasons)."""
+    wait_ksvc_ready(kubectl, namespace, "message-dumper", timeout=DUMPER_READY_TIMEOUT_S)
 
 
 def dumper_events(kubectl, namespace: str, request_id: str) -> list[dict]:

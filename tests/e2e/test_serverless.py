@@ -38,6 +38,7 @@ import pytest
 import real_node
 import yaml
 from e2e_kube import REPO_ROOT, create_namespace, one, wait_until
+from knative_status import wait_ksvc_ready
 from test_real_serving import (
     MODEL_CPU_REQUEST,
     RUNTIME,
@@ -383,3 +384,39 @@ def test_locust_scales_out_back_in_and_to_zero_without_failures(
     assert observer.returncode == 0 and verdict["passed"], report
     print(f"autoscaling timeline: {out}")
     print(observer.stdout[-3000:])
+
+
+def test_a_knative_service_held_not_ready_is_named_with_its_reason(kubectl, overlay, ingress):
+    """A Knative Service that cannot become Ready makes the wait name the link that broke, never
+    ``last: None``: message-dumper's Service asking for more CPU than the node has gets a pod
+    that the scheduler cannot place (the pod's ``Insufficient cpu`` and the node's CPU by
+    namespace), and one whose image tag cannot be resolved to a digest gets no pod at all (the
+    Revision's reason)."""
+    ns = create_namespace(kubectl, f"e2e-notready-{uuid.uuid4().hex[:6]}")
+    real_node.opt_in(kubectl, ns)
+    try:
+        too_big = dumper_ksvc(overlay, ns)
+        too_big["metadata"]["name"] = "too-big"
+        (c,) = too_big["spec"]["template"]["spec"]["containers"]
+        c["resources"] = {"requests": {"cpu": "64", "memory": "32Mi"},
+                          "limits": {"cpu": "64", "memory": "128Mi"}}  # fmt: skip
+        unresolvable = dumper_ksvc(overlay, ns)
+        unresolvable["metadata"]["name"] = "unresolvable"
+        # a registry that is not in config-deployment's registries-skipping-tag-resolving: the
+        # controller asks it for the digest and the run's network has none
+        (c,) = unresolvable["spec"]["template"]["spec"]["containers"]
+        c["image"] = "registry.invalid/fmnist-e2e/not-there:0.0.0"
+        kubectl.apply([too_big, unresolvable])
+        with pytest.raises(AssertionError) as big:
+            wait_ksvc_ready(kubectl, ns, "too-big", timeout=30)
+        msg = str(big.value)
+        assert "Knative Service" in msg and "too-big-00001" in msg, msg
+        assert "Insufficient cpu" in msg and "allocatable cpu" in msg, msg
+        assert "last: None" not in msg, msg
+        with pytest.raises(AssertionError) as unres:
+            wait_ksvc_ready(kubectl, ns, "unresolvable", timeout=30)
+        msg = str(unres.value)
+        assert "revision unresolvable-00001:" in msg and "registry.invalid" in msg, msg
+        assert "no pod of the revision" in msg, msg
+    finally:
+        kubectl.run("delete", "namespace", ns, "--wait=false")
