@@ -15,6 +15,8 @@
 #   scripts/e2e-tiers.sh pytest-args      pytest's --ignore=MODULE for each skipped tier's tests
 #   scripts/e2e-tiers.sh report           one loud line per tier in E2E_SKIP_TIERS: what did not
 #                                         run, and how to run it
+#   scripts/e2e-tiers.sh seconds [TIER]  the seconds `plan` keeps for the core (or TIER) on this
+#                                         machine's CPU, and the CPU's kind (cpu_kind)
 #   scripts/e2e-tiers.sh plan DEADLINE [PID]
 #                                         the tiers to skip (one line, space-separated) so that
 #                                         `make e2e` ends by DEADLINE (Unix seconds): a tier whose
@@ -28,12 +30,10 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$ROOT/scripts/lib.sh" # (its die is redefined below: this script's name on each message)
 TOOLS="$ROOT/scripts/tools.sh"
 
-# Seconds of a warm `make e2e` on the slower 2-core CPU (docs/e2e.md, "Tiers": measured on the
-# faster one, about 1,160 for the core, 640 for serving with Knative, about 600 for gitops with
-# its pipeline loop, 75 for pulumi; the slower
-# one ran the same tests 1.08 times as long), with room: the core with the cluster's start and
-# teardown, then each tier's own tests. `plan` keeps this much.
-CORE_E2E_SECONDS=1500
+# Seconds of a warm `make e2e` on each kind of CPU the CI machines have been (docs/e2e.md,
+# "Tiers", has the measurements), with room: the core with the cluster's start and teardown,
+# then each tier's own tests. `plan` keeps this much. The kind: cpu_kind below.
+declare -A CORE_E2E_SECONDS=([intel]=1500 [amd]=1900)
 TIERS=(serving gitops pulumi)
 # serving: KServe's predictor with its agent and message-dumper on the real node, in both modes:
 # Standard mode's HPA (metrics-server) under Locust, and Serverless mode: Knative Serving and
@@ -43,22 +43,38 @@ serving_TOOLS=(kserve-agent metrics-server event-display knative-serving traefik
 serving_IMAGES=(agent event_display knative_controller knative_webhook knative_activator
   knative_autoscaler knative_queue traefik)
 serving_TESTS=(tests/e2e/test_real_serving.py tests/e2e/test_serverless.py)
-serving_E2E_SECONDS=780
+declare -A serving_E2E_SECONDS=([intel]=780 [amd]=980)
 # gitops: Argo CD (its one binary, with kustomize and git in its image) and Redis as the pods of
 # argocd/install on the real node, bootstrapped by scripts/bootstrap-argocd.sh from a git server
 # of the run, syncing every Application; pushes through the webhook and by polling
 gitops_TOOLS=(argocd kustomize)
 gitops_IMAGES=(argocd redis)
 gitops_TESTS=(tests/e2e/test_argocd.py)
-gitops_E2E_SECONDS=720
+declare -A gitops_E2E_SECONDS=([intel]=720 [amd]=900)
 # pulumi: scripts/pulumi.sh up/preview/destroy of the ML layer (pulumi/) with the CLI and the
 # Kubernetes provider built here; no image (its --train run's pods stay Pending: no volume)
 pulumi_TOOLS=(pulumi pulumi-kubernetes)
 pulumi_IMAGES=()
 pulumi_TESTS=(tests/e2e/test_pulumi.py)
-pulumi_E2E_SECONDS=120
+declare -A pulumi_E2E_SECONDS=([intel]=120 [amd]=150)
 
 die() { echo "e2e-tiers.sh: $*" >&2; exit 1; }
+
+# The kind of this machine's CPU, whose measured seconds `plan` keeps: E2E_CPU when set (intel or
+# amd), else the vendor /proc/cpuinfo names (GenuineIntel, AuthenticAMD); any other CPU is taken
+# as the slower kind, amd (the same tests took about 1.3 times as long there: docs/e2e.md).
+cpu_kind() {
+  local kind="${E2E_CPU:-}"
+  if [[ -z "$kind" ]]; then
+    case "$(sed -n 's/^vendor_id[[:space:]]*: //p' /proc/cpuinfo 2>/dev/null | head -n1)" in
+      GenuineIntel) kind=intel ;;
+      *) kind=amd ;;
+    esac
+  fi
+  [[ -n "${CORE_E2E_SECONDS[$kind]:-}" ]] || die "E2E_CPU: no seconds for a CPU '$kind' (have: ${!CORE_E2E_SECONDS[*]})"
+  echo "$kind"
+}
+CPU="$(cpu_kind)"
 say() { echo "e2e-tiers.sh: $*" >&2; }
 
 # The tiers in E2E_SKIP_TIERS, each checked against TIERS.
@@ -87,7 +103,7 @@ tier_built() { # TIER: its tools are all in the cache (the images take seconds o
   [[ -z "$missing" ]]
 }
 
-tier_seconds() { local -n s="$1_E2E_SECONDS"; echo "$s"; }
+tier_seconds() { local -n s="$1_E2E_SECONDS"; echo "${s[$CPU]}"; }
 
 # The seconds the tiers after the one at index $1 need that are built already (they will run).
 built_after() {
@@ -99,7 +115,7 @@ built_after() {
 }
 
 plan() { # DEADLINE [PID]
-  local deadline="$1" pid="${2:-}" t i running="$CORE_E2E_SECONDS" need left
+  local deadline="$1" pid="${2:-}" t i running="${CORE_E2E_SECONDS[$CPU]}" need left
   [[ "$deadline" =~ ^[1-9][0-9]*$ ]] || die "plan: DEADLINE must be Unix seconds, got '$deadline'"
   [[ -z "$pid" || "$pid" =~ ^[1-9][0-9]*$ && "$pid" -gt 1 ]] \
     || die "plan: PID must be the id of the build's process, got '$pid'"
@@ -123,8 +139,8 @@ plan() { # DEADLINE [PID]
       say "SKIPPING tier $t: its tools ($tools) are not built, and their build ($pid) has ended"
     else
       say "SKIPPING tier $t: its tools ($tools) are not built, and ${left} s are left of the" \
-        "budget, where the e2e needs about ${need} s with it ($CORE_E2E_SECONDS s the core's," \
-        "$(tier_seconds "$t") s this tier's)"
+        "budget, where the e2e needs about ${need} s with it (${CORE_E2E_SECONDS[$CPU]} s the" \
+        "core's, $(tier_seconds "$t") s this tier's, measured on CPUs of the kind $CPU)"
     fi
   done
   echo "${skip[*]}"
@@ -147,6 +163,10 @@ case "${1:-}" in
     elif [[ "${2:-}" == --tiers ]]; then for t in "${TIERS[@]}"; do tier_items "$t" "$kind"; done
     elif [[ -z "${2:-}" ]]; then without "$kind" "${SKIP[@]}" <<<"$list"
     else die "usage: $0 $1 [--core|--tiers]"; fi ;;
+  seconds)
+    if [[ -z "${2:-}" || "$2" == core ]]; then echo "${CORE_E2E_SECONDS[$CPU]} $CPU"
+    elif [[ " ${TIERS[*]} " == *" $2 "* ]]; then echo "$(tier_seconds "$2") $CPU"
+    else die "seconds: no tier named '$2' (have: core ${TIERS[*]})"; fi ;;
   pytest-args) for t in "${SKIP[@]}"; do tier_items "$t" TESTS | sed 's/^/--ignore=/'; done ;;
   report) report ;;
   plan) [[ $# -ge 2 ]] || die "usage: $0 plan DEADLINE [PID]"; plan "$2" "${3:-}" ;;

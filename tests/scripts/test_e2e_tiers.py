@@ -188,10 +188,8 @@ def test_plan_keeps_time_only_for_the_tiers_that_will_run(tmp_path):
     budget); with them not built it is waited on until the build ends (serving is skipped for
     that), and each later tier is then judged in its turn. Told apart by plan's reasons, not by
     the clock (a loaded machine runs plan's own checks slowly)."""
-    tiers = REPO / "scripts" / "e2e-tiers.sh"
     core, serving = (
-        int(next(ln.split("=")[1] for ln in tiers.read_text().splitlines() if ln.startswith(key)))
-        for key in ("CORE_E2E_SECONDS=", "serving_E2E_SECONDS=")
+        int(lines(run("seconds", part, cache=tmp_path))[0]) for part in ("core", "serving")
     )
     skipped, why = {}, {}
     for later_built in (True, False):
@@ -213,3 +211,34 @@ def test_plan_keeps_time_only_for_the_tiers_that_will_run(tmp_path):
     assert skipped == {True: ["serving"], False: ["serving", "gitops", "pulumi"]}, skipped
     assert "left of the budget" in why[True], why  # not waited on
     assert "has ended" in why[False], why  # waited on until the build ended
+
+
+def test_plan_keeps_the_seconds_measured_on_this_kind_of_cpu(tmp_path):
+    """Each kind of CPU has its measured seconds (the slower one more); the kind comes from
+    /proc/cpuinfo or E2E_CPU, and plan names it in its reason; a kind without measurements is
+    refused, naming the kinds that have them."""
+    seconds = {}
+    for cpu in ("intel", "amd"):
+        env = {**os.environ, "FMNIST_TOOLS_CACHE": str(tmp_path), "E2E_CPU": cpu}
+        got = {
+            part: subprocess.run(
+                ["bash", str(TIERS), "seconds", part],
+                capture_output=True,
+                text=True,
+                env=env,
+                check=True,
+            ).stdout.split()  # fmt: skip
+            for part in ("core", "serving", "gitops", "pulumi")
+        }
+        assert {kind for _, kind in got.values()} == {cpu}
+        seconds[cpu] = {part: int(n) for part, (n, _) in got.items()}
+        proc = subprocess.run(
+            ["bash", str(TIERS), "plan", str(int(time.time()) + 60)], capture_output=True,
+            text=True, env=env, timeout=120,
+        )  # fmt: skip
+        assert f"measured on CPUs of the kind {cpu}" in proc.stderr, proc.stderr
+        assert f"({seconds[cpu]['core']} s the core's" in proc.stderr, proc.stderr
+    assert all(seconds["amd"][p] > seconds["intel"][p] for p in seconds["amd"]), seconds
+    env = {**os.environ, "FMNIST_TOOLS_CACHE": str(tmp_path), "E2E_CPU": "sparc"}
+    proc = subprocess.run(["bash", str(TIERS), "seconds"], capture_output=True, text=True, env=env)
+    assert proc.returncode == 1 and "no seconds for a CPU 'sparc'" in proc.stderr, proc.stderr
