@@ -9,7 +9,7 @@ fails, and each says so in a place of its own: the Revision's and the PodAutosca
 conditions, the Deployment's ``ReplicaFailure`` condition (a pod refused at admission), the
 pod's ``PodScheduled`` condition (no node with room: ``Insufficient cpu``), its containers'
 waiting reasons (an image that cannot be had) and the namespace's Warning events.
-:func:`why_not_ready` collects them; :func:`wait_ksvc_ready` waits and raises with them.
+:func:`why_ksvc_not_ready` collects them; :func:`wait_ksvc_ready` waits and raises with them.
 """
 
 from __future__ import annotations
@@ -86,7 +86,7 @@ def millicores(q: str) -> int:
     return int(q[:-1]) if q.endswith("m") else int(float(q) * 1000)
 
 
-def why_not_ready(kubectl: Kubectl, ns: str, name: str) -> str:
+def why_ksvc_not_ready(kubectl: Kubectl, ns: str, name: str) -> str:
     """Every link from Knative Service ``ns/name`` to its pods that is not well, one per line
     (module docstring): the Service's, latest Revision's and PodAutoscaler's conditions that are
     not True, the scale the KPA wants and has, the Deployment's replicas and failures, each pod
@@ -138,7 +138,12 @@ def why_not_ready(kubectl: Kubectl, ns: str, name: str) -> str:
                     lines.append(node_requests(kubectl, node))
                 break
     events = _get(kubectl, "events", "-n", ns, "--field-selector", "type=Warning") or {}
-    warn = sorted(events.get("items", []), key=lambda e: e.get("lastTimestamp") or "")[-EVENTS:]
+
+    # (events.k8s.io writers leave lastTimestamp empty and set eventTime)
+    def when(e):
+        return e.get("lastTimestamp") or e.get("eventTime") or e["metadata"]["creationTimestamp"]
+
+    warn = sorted(events.get("items", []), key=when)[-EVENTS:]
     lines += [
         f"event {e['involvedObject'].get('kind')}/{e['involvedObject'].get('name')}: "
         f"{e.get('reason')}: {e.get('message', '').strip()}"
@@ -160,7 +165,7 @@ def _first_node(kubectl: Kubectl) -> str | None:
 
 def wait_ksvc_ready(kubectl: Kubectl, ns: str, name: str, timeout: float) -> dict:
     """Wait up to ``timeout`` seconds until Knative Service ``ns/name`` is Ready; the Service.
-    Raises AssertionError naming what holds it (:func:`why_not_ready`)."""
+    Raises AssertionError naming what holds it (:func:`why_ksvc_not_ready`)."""
 
     def ready():
         got = kubectl.json("get", "ksvc", name, "-n", ns)
@@ -171,4 +176,4 @@ def wait_ksvc_ready(kubectl: Kubectl, ns: str, name: str, timeout: float) -> dic
         return wait_until(ready, timeout=timeout, what=f"Knative Service {ns}/{name} Ready")
     except AssertionError as e:
         first = str(e).split("; last:", 1)[0]
-        raise AssertionError(f"{first}:\n{why_not_ready(kubectl, ns, name)}") from None
+        raise AssertionError(f"{first}:\n{why_ksvc_not_ready(kubectl, ns, name)}") from None

@@ -79,7 +79,7 @@ def dumper_ksvc(overlay: list[dict], namespace: str) -> dict:
 def dumper_ready(kubectl, namespace: str) -> None:
     """Wait until message-dumper's Knative Service in ``namespace`` is Ready (its route
     reachable through Traefik's private entry point); AssertionError naming what holds it
-    (knative_status.why_not_ready: the Revision's, PodAutoscaler's and pod's reasons)."""
+    (knative_status.why_ksvc_not_ready: the Revision's, PodAutoscaler's and pod's reasons)."""
     wait_ksvc_ready(kubectl, namespace, "message-dumper", timeout=DUMPER_READY_TIMEOUT_S)
 
 

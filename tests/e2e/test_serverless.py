@@ -38,7 +38,7 @@ import pytest
 import real_node
 import yaml
 from e2e_kube import REPO_ROOT, create_namespace, one, wait_until
-from knative_status import wait_ksvc_ready
+from knative_status import wait_ksvc_ready, why_ksvc_not_ready
 from test_real_serving import (
     MODEL_CPU_REQUEST,
     RUNTIME,
@@ -407,14 +407,18 @@ def test_a_knative_service_held_not_ready_is_named_with_its_reason(kubectl, over
         (c,) = unresolvable["spec"]["template"]["spec"]["containers"]
         c["image"] = "registry.invalid/fmnist-e2e/not-there:0.0.0"
         kubectl.apply([too_big, unresolvable])
+        for name, mark in (("too-big", "Insufficient cpu"), ("unresolvable", "registry.invalid")):
+            # once the link has broken (seconds), the wait's message names it
+            wait_until(lambda n=name, m=mark: m in why_ksvc_not_ready(kubectl, ns, n), timeout=120,
+                       what=f"{name}: {mark!r} in why it is not Ready")  # fmt: skip
         with pytest.raises(AssertionError) as big:
-            wait_ksvc_ready(kubectl, ns, "too-big", timeout=30)
+            wait_ksvc_ready(kubectl, ns, "too-big", timeout=1)
         msg = str(big.value)
         assert "Knative Service" in msg and "too-big-00001" in msg, msg
         assert "Insufficient cpu" in msg and "allocatable cpu" in msg, msg
         assert "last: None" not in msg, msg
         with pytest.raises(AssertionError) as unres:
-            wait_ksvc_ready(kubectl, ns, "unresolvable", timeout=30)
+            wait_ksvc_ready(kubectl, ns, "unresolvable", timeout=1)
         msg = str(unres.value)
         assert "revision unresolvable-00001:" in msg and "registry.invalid" in msg, msg
         assert "no pod of the revision" in msg, msg
