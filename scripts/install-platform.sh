@@ -231,11 +231,13 @@ install() {
 # cert_manager_ready: what a user of cert-manager waits for before asking it for a certificate
 # (upstream's startupapicheck, `cmctl check api`): cainjector has injected the webhook's CA into
 # its webhook configurations, and the webhook answers (a server-side dry run of an Issuer, which
-# goes through it, is accepted). Until TIMEOUT, then it names what is not ready.
+# goes through it, is accepted: in `default`, which no one labels
+# cert-manager.io/disable-validation as older guides had users label cert-manager's namespace).
+# Until TIMEOUT, then it names what is not ready.
 cert_manager_ready() {
   [[ -z "${RENDER_ONLY}" ]] || return 0
   local deadline=$((SECONDS + TIMEOUT)) err="${WORK}/cert-manager.err" ca=""
-  local issuer='{"apiVersion":"cert-manager.io/v1","kind":"Issuer","metadata":{"name":"install-check","namespace":"cert-manager"},"spec":{"selfSigned":{}}}'
+  local issuer='{"apiVersion":"cert-manager.io/v1","kind":"Issuer","metadata":{"name":"install-check","namespace":"default"},"spec":{"selfSigned":{}}}'
   while :; do
     ca="$(k get validatingwebhookconfiguration cert-manager-webhook \
       -o jsonpath='{.webhooks[0].clientConfig.caBundle}' 2>"${err}")" || ca=""

@@ -219,7 +219,9 @@ resolve_module() {
     if [[ ! -d main ]]; then
       declare -F tool_main_source >/dev/null \
         || die "$tool: TOOL_MAIN_MODULES is set and the recipe has no tool_main_source"
-      mkdir main && tool_main_source "$PWD/main" && chmod -R u+w main
+      mkdir main
+      tool_main_source "$PWD/main" || die "$tool: tool_main_source failed"
+      chmod -R u+w main
     fi
     mpath="${main%%=*}" mdir="main/${main#*=}"
     [[ -f "$mdir/go.mod" ]] || die "$tool: tool_main_source made no $mdir/go.mod"

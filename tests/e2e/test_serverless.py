@@ -388,8 +388,8 @@ def test_locust_scales_out_back_in_and_to_zero_without_failures(
 
 def test_a_knative_service_held_not_ready_is_named_with_its_reason(kubectl, overlay, ingress):
     """A Knative Service that cannot become Ready makes the wait name the link that broke, never
-    ``last: None``: message-dumper's Service asking for more CPU than the node has gets a pod
-    that the scheduler cannot place (the pod's ``Insufficient cpu`` and the node's CPU by
+    ``last: None``: message-dumper's Service asking for more CPU than any node has (1000 cores)
+    gets a pod that the scheduler cannot place (the pod's ``Insufficient cpu`` and the node's CPU by
     namespace), and one whose image tag cannot be resolved to a digest gets no pod at all (the
     Revision's reason)."""
     ns = create_namespace(kubectl, f"e2e-notready-{uuid.uuid4().hex[:6]}")
@@ -398,8 +398,8 @@ def test_a_knative_service_held_not_ready_is_named_with_its_reason(kubectl, over
         too_big = dumper_ksvc(overlay, ns)
         too_big["metadata"]["name"] = "too-big"
         (c,) = too_big["spec"]["template"]["spec"]["containers"]
-        c["resources"] = {"requests": {"cpu": "64", "memory": "32Mi"},
-                          "limits": {"cpu": "64", "memory": "128Mi"}}  # fmt: skip
+        c["resources"] = {"requests": {"cpu": "1000", "memory": "32Mi"},
+                          "limits": {"cpu": "1000", "memory": "128Mi"}}  # fmt: skip
         unresolvable = dumper_ksvc(overlay, ns)
         unresolvable["metadata"]["name"] = "unresolvable"
         # a registry that is not in config-deployment's registries-skipping-tag-resolving: the

@@ -163,6 +163,27 @@ def test_certificates_are_applied_before_the_wait_for_the_deployments_that_mount
     assert ("ClusterStorageContainer", "default") in crs  # custom resources still wait
 
 
+def test_cert_manager_is_the_release_in_full_electing_its_leader_in_its_own_namespace(rendered):
+    """cert-manager is installed in full in mirror mode as online (its three Deployments, its
+    webhooks, its CRDs), with base/platform/cert-manager's one change: leader election in its
+    own namespace (the flag of the controller and cainjector, their Roles and RoleBindings), so
+    nothing of it lands in kube-system (the platform's AppProject has no destination there)."""
+    docs = _docs(rendered / "cert-manager" / "all.yaml")
+    deploys = {name: d for (kind, name), d in docs.items() if kind == "Deployment"}
+    assert set(deploys) == {"cert-manager", "cert-manager-webhook", "cert-manager-cainjector"}
+    assert ("ValidatingWebhookConfiguration", "cert-manager-webhook") in docs
+    assert sum(kind == "CustomResourceDefinition" for kind, _ in docs) == 6
+    assert not [k for k, d in docs.items() if d["metadata"].get("namespace") == "kube-system"]
+    for name in ("cert-manager", "cert-manager-cainjector"):
+        (c,) = deploys[name]["spec"]["template"]["spec"]["containers"]
+        assert "--leader-election-namespace=$(POD_NAMESPACE)" in c["args"], c["args"]
+        env = {e["name"]: e for e in c["env"]}
+        assert env["POD_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
+    for kind in ("Role", "RoleBinding"):
+        for name in ("cert-manager:leaderelection", "cert-manager-cainjector:leaderelection"):
+            assert docs[(kind, name)]["metadata"]["namespace"] == "cert-manager"
+
+
 def _render_with_layer(out: Path, layer: Path) -> subprocess.CompletedProcess:
     return subprocess.run(
         ["bash", str(REPO / "scripts" / "install-platform.sh"), "--render", str(out)],
