@@ -13,8 +13,8 @@ Installs Argo CD ${ARGOCD_VERSION} (argocd/install, server-side), then applies t
 and the root Application of argocd/apps/<env> (label ${BOOTSTRAP_SELECTOR}).
 Argo CD then syncs from the repository set in argocd/apps/common/repository.yaml: set it to
 your fork and push first (docs/gitops.md). Idempotent. Prerequisites not managed by Argo CD:
-Knative Serving + Traefik (scripts/install-platform.sh installs them, and cert-manager, which
-Argo CD then adopts).
+Knative Serving + Traefik (scripts/install-platform.sh installs them, with cert-manager and
+the operators, which Argo CD then adopts).
 Env: UPSTREAM_MIRROR_DIR   offline: Argo CD's install manifest from this mirror (../shared/upstream).
      ARGOCD_LAYER_DIR      a kustomize layer over the rendered install: its kustomization.yaml
                            names \`rendered.yaml\` (argocd/install as rendered) and patches what
