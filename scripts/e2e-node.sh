@@ -206,7 +206,8 @@ import_images() {
   # which halves the node's disk (the project images are 3 and 8 GB; the archives stay the cache)
   for archive in "${archives[@]}"; do
     ctr images import --local --discard-unpacked-layers --snapshotter overlayfs "$archive" \
-      >> "$NODE/import.log" 2>&1
+      >> "$NODE/import.log" 2>&1 \
+      || die "importing $archive failed ($(df -h --output=avail "$NODE" | tail -1 | tr -d ' ') free where the node unpacks images): $(tail -n 2 "$NODE/import.log" | cut -c1-300)"
   done
   ctr images ls -q > "$NODE/images.txt"
 }
