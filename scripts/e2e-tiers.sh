@@ -33,7 +33,7 @@ TOOLS="$ROOT/scripts/tools.sh"
 # Seconds of a warm `make e2e` on each kind of CPU the CI machines have been (docs/e2e.md,
 # "Tiers", has the measurements), with room: the core with the cluster's start and teardown,
 # then each tier's own tests. `plan` keeps this much. The kind: cpu_kind below.
-declare -A CORE_E2E_SECONDS=([intel]=1500 [amd]=1900)
+declare -A CORE_E2E_SECONDS=([intel]=1650 [amd]=1800)
 TIERS=(serving gitops pulumi)
 # serving: KServe's predictor with its agent and message-dumper on the real node, in both modes:
 # Standard mode's HPA (metrics-server) under Locust, and Serverless mode: Knative Serving and
@@ -43,14 +43,14 @@ serving_TOOLS=(kserve-agent metrics-server event-display knative-serving traefik
 serving_IMAGES=(agent event_display knative_controller knative_webhook knative_activator
   knative_autoscaler knative_queue traefik)
 serving_TESTS=(tests/e2e/test_real_serving.py tests/e2e/test_serverless.py)
-declare -A serving_E2E_SECONDS=([intel]=780 [amd]=980)
+declare -A serving_E2E_SECONDS=([intel]=780 [amd]=800)
 # gitops: Argo CD (its one binary, with kustomize and git in its image) and Redis as the pods of
 # argocd/install on the real node, bootstrapped by scripts/bootstrap-argocd.sh from a git server
 # of the run, syncing every Application; pushes through the webhook and by polling
 gitops_TOOLS=(argocd kustomize)
 gitops_IMAGES=(argocd redis)
 gitops_TESTS=(tests/e2e/test_argocd.py)
-declare -A gitops_E2E_SECONDS=([intel]=720 [amd]=900)
+declare -A gitops_E2E_SECONDS=([intel]=720 [amd]=750)
 # pulumi: scripts/pulumi.sh up/preview/destroy of the ML layer (pulumi/) with the CLI and the
 # Kubernetes provider built here; no image (its --train run's pods stay Pending: no volume)
 pulumi_TOOLS=(pulumi pulumi-kubernetes)
