@@ -62,7 +62,7 @@ die() { echo "e2e-tiers.sh: $*" >&2; exit 1; }
 
 # The kind of this machine's CPU, whose measured seconds `plan` keeps: E2E_CPU when set (intel or
 # amd), else the vendor /proc/cpuinfo names (GenuineIntel, AuthenticAMD); any other CPU is taken
-# as the slower kind, amd (the same tests took about 1.3 times as long there: docs/e2e.md).
+# as amd, the kind with the larger seconds.
 cpu_kind() {
   local kind="${E2E_CPU:-}"
   if [[ -z "$kind" ]]; then

@@ -206,9 +206,14 @@ not_available() {
   log "not rolled out within ${TIMEOUT}s (PLATFORM_TIMEOUT, per Deployment):"
   k get -f "$1" -o wide >&2 || true
   for ns in $(awk '/^metadata:/ {m = 1; next} /^[a-z]/ {m = 0} m && /^  namespace:/ {print $2}' "$1" | sort -u); do
-    log "pods in ${ns}:"
-    k get pods -n "${ns}" -o 'custom-columns=POD:.metadata.name,PHASE:.status.phase,NODE:.spec.nodeName,WAITING:.status.containerStatuses[*].state.waiting.reason,MESSAGE:.status.containerStatuses[*].state.waiting.message' >&2 || true
+    pods_report "${ns}"
   done
+}
+
+# pods_report NS: the pods of NS with their phase, node and containers' waiting reasons.
+pods_report() {
+  log "pods in $1:"
+  k get pods -n "$1" -o 'custom-columns=POD:.metadata.name,PHASE:.status.phase,NODE:.spec.nodeName,WAITING:.status.containerStatuses[*].state.waiting.reason,MESSAGE:.status.containerStatuses[*].state.waiting.message' >&2 || true
 }
 
 # install NAME: the three steps for ${WORK}/NAME (rendered by `render`).
@@ -251,7 +256,7 @@ cert_manager_ready() {
       else
         log "cert-manager not ready within ${TIMEOUT}s: its webhook does not accept an Issuer: $(tail -n 3 "${err}")"
       fi
-      k get pods -n cert-manager -o 'custom-columns=POD:.metadata.name,PHASE:.status.phase,READY:.status.containerStatuses[*].ready,WAITING:.status.containerStatuses[*].state.waiting.reason' >&2 || true
+      pods_report cert-manager
       return 1
     fi
     sleep 2

@@ -18,11 +18,8 @@ TOOL_MAIN_MODULES=(
   github.com/cert-manager/cert-manager/webhook-binary=cmd/webhook
   github.com/cert-manager/cert-manager/cainjector-binary=cmd/cainjector
 )
-TOOL_PACKAGES=(
-  github.com/cert-manager/cert-manager/controller-binary
-  github.com/cert-manager/cert-manager/webhook-binary
-  github.com/cert-manager/cert-manager/cainjector-binary
-)
+# each main package is its module's root
+TOOL_PACKAGES=("${TOOL_MAIN_MODULES[@]%%=*}")
 TOOL_BINARIES=(controller-binary=cert-manager-controller webhook-binary=cert-manager-webhook
   cainjector-binary=cert-manager-cainjector)
 

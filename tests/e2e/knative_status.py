@@ -14,6 +14,8 @@ waiting reasons (an image that cannot be had) and the namespace's Warning events
 
 from __future__ import annotations
 
+import os
+
 from e2e_kube import Kubectl, KubectlError, wait_until
 
 #: Warning events of the namespace quoted at most (the newest)
@@ -129,14 +131,10 @@ def why_ksvc_not_ready(kubectl: Kubectl, ns: str, name: str) -> str:
                 + (f"; {'; '.join(failing)}" if failing else "")
             )
         pods = _get(kubectl, "pods", "-n", ns, "-l", f"serving.knative.dev/revision={rev_name}")
-        items = (pods or {}).get("items", [])
-        lines += [_pod_line(p) for p in items] or ["no pod of the revision"]
-        for p in items:
-            if "Insufficient" in _pod_line(p):
-                node = _first_node(kubectl)
-                if node:
-                    lines.append(node_requests(kubectl, node))
-                break
+        pod_lines = [_pod_line(p) for p in (pods or {}).get("items", [])]
+        lines += pod_lines or ["no pod of the revision"]
+        if any("Insufficient" in line for line in pod_lines) and (node := _first_node(kubectl)):
+            lines.append(node_requests(kubectl, node))
     events = _get(kubectl, "events", "-n", ns, "--field-selector", "type=Warning") or {}
 
     # (events.k8s.io writers leave lastTimestamp empty and set eventTime)
@@ -155,25 +153,28 @@ def why_ksvc_not_ready(kubectl: Kubectl, ns: str, name: str) -> str:
 def _first_node(kubectl: Kubectl) -> str | None:
     """The one node that runs containers: the real node when there is one (its name is
     $FMNIST_E2E_REAL_NODE), else the cluster's first node."""
-    import os
-
     if name := os.environ.get("FMNIST_E2E_REAL_NODE"):
         return name
     nodes = _get(kubectl, "nodes") or {}
     return next((n["metadata"]["name"] for n in nodes.get("items", [])), None)
 
 
+def ready(kubectl: Kubectl, kind: str, name: str, ns: str) -> dict | None:
+    """The object ``kind/name`` of ``ns`` when its Ready condition is True, else None."""
+    got = kubectl.json("get", kind, name, "-n", ns)
+    conds = {c["type"]: c for c in (got.get("status") or {}).get("conditions", [])}
+    return got if conds.get("Ready", {}).get("status") == "True" else None
+
+
 def wait_ksvc_ready(kubectl: Kubectl, ns: str, name: str, timeout: float) -> dict:
     """Wait up to ``timeout`` seconds until Knative Service ``ns/name`` is Ready; the Service.
     Raises AssertionError naming what holds it (:func:`why_ksvc_not_ready`)."""
-
-    def ready():
-        got = kubectl.json("get", "ksvc", name, "-n", ns)
-        conds = {c["type"]: c["status"] for c in (got.get("status") or {}).get("conditions", [])}
-        return got if conds.get("Ready") == "True" else None
-
     try:
-        return wait_until(ready, timeout=timeout, what=f"Knative Service {ns}/{name} Ready")
+        return wait_until(
+            lambda: ready(kubectl, "ksvc", name, ns),
+            timeout=timeout,
+            what=f"Knative Service {ns}/{name} Ready",
+        )
     except AssertionError as e:
         first = str(e).split("; last:", 1)[0]
         raise AssertionError(f"{first}:\n{why_ksvc_not_ready(kubectl, ns, name)}") from None

@@ -38,7 +38,7 @@ import pytest
 import real_node
 import yaml
 from e2e_kube import REPO_ROOT, create_namespace, one, wait_until
-from knative_status import wait_ksvc_ready, why_ksvc_not_ready
+from knative_status import ready, wait_ksvc_ready, why_ksvc_not_ready
 from test_real_serving import (
     MODEL_CPU_REQUEST,
     RUNTIME,
@@ -89,13 +89,6 @@ def serverless_isvc(isvc: dict, namespace: str, runtime: str) -> dict:
     pred["model"]["resources"]["requests"]["cpu"] = MODEL_CPU_REQUEST
     pred["logger"]["url"] = f"http://message-dumper.{namespace}.svc.cluster.local"
     return out
-
-
-def ready(kubectl, kind: str, name: str, ns: str) -> dict | None:
-    """The object when its Ready condition is True, else None."""
-    got = kubectl.json("get", kind, name, "-n", ns)
-    conds = {c["type"]: c for c in (got.get("status") or {}).get("conditions", [])}
-    return got if conds.get("Ready", {}).get("status") == "True" else None
 
 
 def why_not_ready(kubectl, ns: str) -> str:
