@@ -50,12 +50,16 @@ declare -A serving_E2E_SECONDS=([intel]=780 [amd]=800)
 gitops_TOOLS=(argocd kustomize)
 gitops_IMAGES=(argocd redis)
 gitops_TESTS=(tests/e2e/test_argocd.py)
+# Argo CD syncs Knative's settings and Traefik (argocd/apps), which run only with the serving tier
+gitops_NEEDS=(serving)
 declare -A gitops_E2E_SECONDS=([intel]=720 [amd]=750)
 # pulumi: scripts/pulumi.sh up/preview/destroy of the ML layer (pulumi/) with the CLI and the
 # Kubernetes provider built here; no image (its --train run's pods stay Pending: no volume)
 pulumi_TOOLS=(pulumi pulumi-kubernetes)
 pulumi_IMAGES=()
 pulumi_TESTS=(tests/e2e/test_pulumi.py)
+pulumi_NEEDS=()
+serving_NEEDS=()
 declare -A pulumi_E2E_SECONDS=([intel]=120 [amd]=150)
 
 die() { echo "e2e-tiers.sh: $*" >&2; exit 1; }
@@ -83,6 +87,28 @@ read -ra words <<<"${E2E_SKIP_TIERS:-}" # (words, no filename expansion)
 for t in "${words[@]}"; do
   [[ " ${TIERS[*]} " == *" $t "* ]] || die "E2E_SKIP_TIERS: no tier named '$t' (have: ${TIERS[*]})"
   [[ " ${SKIP[*]} " == *" $t "* ]] || SKIP+=("$t")
+done
+
+# needs_skipped TIER SKIPPED...: the first tier TIER needs (its _NEEDS) among SKIPPED; fails if none
+needs_skipped() {
+  local -n needs="$1_NEEDS"
+  local n
+  shift
+  for n in "${needs[@]}"; do
+    if [[ " $* " == *" $n "* ]]; then echo "$n"; return 0; fi
+  done
+  return 1
+}
+# a tier whose needed tier is skipped is skipped too (in TIERS order: needs come first); why, for
+# `report`
+declare -A WHY=()
+for t in "${SKIP[@]}"; do WHY[$t]="E2E_SKIP_TIERS"; done
+SKIP=()
+for t in "${TIERS[@]}"; do
+  if [[ -z "${WHY[$t]:-}" ]] && n="$(needs_skipped "$t" "${!WHY[@]}")"; then
+    WHY[$t]="it needs tier $n, skipped"
+  fi
+  if [[ -n "${WHY[$t]:-}" ]]; then SKIP+=("$t"); fi # (in TIERS order)
 done
 
 tier_items() { # TIER KIND -> the tier's TOOLS, IMAGES or TESTS, one per line
@@ -125,6 +151,11 @@ plan() { # DEADLINE [PID]
   # a later tier not built yet is judged in its turn (the time of a skipped one is not kept).
   for i in "${!TIERS[@]}"; do
     t="${TIERS[$i]}"
+    if n="$(needs_skipped "$t" "${skip[@]}")"; then
+      skip+=("$t")
+      say "SKIPPING tier $t: it needs tier $n, skipped"
+      continue
+    fi
     need=$((running + $(tier_seconds "$t") + $(built_after "$i")))
     while ! tier_built "$t" && [[ -n "$pid" ]] && kill -0 "$pid" 2>/dev/null \
       && (($(date +%s) + need < deadline)); do
@@ -149,7 +180,7 @@ plan() { # DEADLINE [PID]
 report() {
   local t
   for t in "${SKIP[@]}"; do
-    say "SKIPPED tier $t (E2E_SKIP_TIERS): $(tier_items "$t" TESTS | tr '\n' ' ')did not run." \
+    say "SKIPPED tier $t (${WHY[$t]}): $(tier_items "$t" TESTS | tr '\n' ' ')did not run." \
       "To run it: make e2e without E2E_SKIP_TIERS (it builds the tier's tools and images first;" \
       "or make tools e2e-images ahead; docs/e2e.md, \"Tiers\")"
   done

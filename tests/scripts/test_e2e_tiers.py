@@ -95,7 +95,11 @@ def test_a_skipped_tier_leaves_out_its_tools_images_and_tests_and_says_so(tmp_pa
     assert not SERVING_TOOLS & set(lines(run("tools", cache=tmp_path, skip="serving")))
     images = set(lines(run("images", cache=tmp_path, skip="serving")))
     assert "agent" not in images and "pause" in images and "ml" in images
-    assert lines(run("pytest-args", cache=tmp_path, skip="serving")) == SERVING_IGNORED
+    assert lines(run("pytest-args", cache=tmp_path, skip="pulumi serving")) == [
+        *SERVING_IGNORED,
+        "--ignore=tests/e2e/test_argocd.py",
+        "--ignore=tests/e2e/test_pulumi.py",
+    ]  # (in the tiers' order; gitops needs serving: below)
     assert lines(run("pytest-args", cache=tmp_path)) == []
     report = run("report", cache=tmp_path, skip="serving")
     assert report.returncode == 0
@@ -115,9 +119,25 @@ def test_plan_skips_a_tier_not_built_in_time_and_says_why(tmp_path):
     proc = run("plan", str(int(time.time()) + 60), cache=tmp_path)
     assert lines(proc) == ["serving", "gitops", "pulumi"]
     assert "SKIPPING tier serving" in proc.stderr and "kserve-agent" in proc.stderr
-    assert "SKIPPING tier gitops" in proc.stderr and "argocd kustomize" in proc.stderr
+    assert "SKIPPING tier gitops: it needs tier serving, skipped" in proc.stderr
     assert "SKIPPING tier pulumi" in proc.stderr and "pulumi-kubernetes" in proc.stderr
     assert "left of the budget" in proc.stderr
+
+
+def test_a_tier_whose_needed_tier_is_skipped_is_skipped_and_says_why(tmp_path):
+    """gitops needs serving (Argo CD syncs Traefik and Knative's settings): skipping serving by
+    hand, or in plan, skips gitops with its tools and tests, naming serving; pulumi stays."""
+    proc = run("pytest-args", cache=tmp_path, skip="serving")
+    assert lines(proc) == [*SERVING_IGNORED, "--ignore=tests/e2e/test_argocd.py"]
+    report = run("report", cache=tmp_path, skip="serving").stderr
+    assert "SKIPPED tier serving (E2E_SKIP_TIERS)" in report
+    assert "SKIPPED tier gitops (it needs tier serving, skipped)" in report
+    tools = set(lines(run("tools", cache=tmp_path, skip="serving")))
+    assert not (SERVING_TOOLS | GITOPS_TOOLS) & tools and tools >= PULUMI_TOOLS
+    mark_built(tmp_path, GITOPS_TOOLS | PULUMI_TOOLS)
+    proc = run("plan", str(int(time.time()) + 60), cache=tmp_path)
+    assert lines(proc) == ["serving", "gitops"]
+    assert "SKIPPING tier gitops: it needs tier serving, skipped" in proc.stderr
 
 
 def test_plan_skips_only_the_tier_that_is_not_built(tmp_path):
@@ -166,8 +186,10 @@ def test_plan_does_not_wait_for_a_build_past_the_budget(tmp_path):
 
 
 def test_skip_tiers_are_words_each_checked_once(tmp_path):
-    proc = run("pytest-args", cache=tmp_path, skip=" serving  serving ")
-    assert lines(proc) == SERVING_IGNORED
+    proc = run("pytest-args", cache=tmp_path, skip=" pulumi  pulumi ")
+    assert lines(proc) == ["--ignore=tests/e2e/test_pulumi.py"]
+    proc = run("pytest-args", cache=tmp_path, skip=" serving  serving ")  # (gitops needs it)
+    assert lines(proc) == [*SERVING_IGNORED, "--ignore=tests/e2e/test_argocd.py"]
     proc = run("report", cache=tmp_path, skip="*")
     assert proc.returncode == 1 and "no tier named '*'" in proc.stderr
 
@@ -208,7 +230,8 @@ def test_plan_keeps_time_only_for_the_tiers_that_will_run(tmp_path):
             )
         finally:
             build.kill()
-    assert skipped == {True: ["serving"], False: ["serving", "gitops", "pulumi"]}, skipped
+    # (gitops needs serving: skipped with it, built or not)
+    assert skipped == {True: ["serving", "gitops"], False: ["serving", "gitops", "pulumi"]}, skipped
     assert "left of the budget" in why[True], why  # not waited on
     assert "has ended" in why[False], why  # waited on until the build ended
 
