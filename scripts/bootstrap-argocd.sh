@@ -12,9 +12,10 @@ usage: scripts/bootstrap-argocd.sh <env>      env: local-k3d | gpu-cloud
 Installs Argo CD ${ARGOCD_VERSION} (argocd/install, server-side), then applies the AppProjects
 and the root Application of argocd/apps/<env> (label ${BOOTSTRAP_SELECTOR}).
 Argo CD then syncs from the repository set in argocd/apps/common/repository.yaml: set it to
-your fork and push first (docs/gitops.md). Idempotent. Prerequisites not managed by Argo CD:
-Knative Serving + Traefik (scripts/install-platform.sh installs them, with cert-manager and
-the operators, which Argo CD then adopts).
+your fork and push first (docs/gitops.md). Idempotent. The one prerequisite not managed by
+Argo CD: Knative Serving's serving-core (scripts/install-platform.sh installs it, with the rest
+of the platform, which Argo CD then adopts: cert-manager, Knative's settings, Traefik, the
+operators).
 Env: UPSTREAM_MIRROR_DIR   offline: Argo CD's install manifest from this mirror (../shared/upstream).
      ARGOCD_LAYER_DIR      a kustomize layer over the rendered install: its kustomization.yaml
                            names \`rendered.yaml\` (argocd/install as rendered) and patches what

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Install the platform layer in dependency order: cert-manager -> Knative Serving -> Knative's
-# settings (base/platform/knative-config, and config-domain derived from KServe's ingressDomain)
-# -> Traefik, its ingress (base/platform/traefik) -> KServe (+ runtimes) -> Kubeflow training
-# operator -> Argo Workflows. Each
+# settings (base/platform/knative-config; its config-domain checked equal to KServe's
+# ingressDomain) -> Traefik, its ingress (base/platform/traefik) -> KServe (+ runtimes) ->
+# Kubeflow training operator -> Argo Workflows: the kustomizations Argo CD's platform
+# Applications sync (argocd/apps/common/platform-apps.yaml), but serving-core's. Each
 # part goes in three steps, so it is safe on a fresh cluster: (1) its CRDs, waited for until
 # Established; (2) its other objects (ConfigMaps included), retried while a webhook does not
 # answer yet, then its Deployments (controllers and webhooks) waited for until rolled out
@@ -38,8 +39,7 @@ Env: UPSTREAM_MIRROR_DIR   read the release manifests from this offline mirror (
                            with \`resources: [rendered.yaml]\` (the part as rendered) and the
                            patches a cluster needs over the pinned install (an air-gapped
                            cluster's imagePullPolicy, say). Parts: cert-manager, knative-crds,
-                           knative (serving-core), traefik, knative-config (its
-                           config-domain is appended after the layer), kserve,
+                           knative (serving-core), traefik, knative-config, kserve,
                            kserve-runtimes, training-operator, argo-workflows. The e2e's:
                            tests/e2e/platform-layer
 USAGE
@@ -85,17 +85,25 @@ GH=https://github.com
 KN_URL="${GH}/knative/serving/releases/download/knative-${KNATIVE_SERVING_VERSION}"
 
 k() { "${KUBECTL}" "$@"; }
-# FIELD_MANAGER: the server-side apply owner (default kubectl's own); settings applied over an
-# upstream object take their own, so that neither apply removes the other's fields.
+# FIELD_MANAGER: the server-side apply owner, set by `install` per part (manager_of).
 apply() { k apply --server-side --force-conflicts --field-manager="${FIELD_MANAGER:-kubectl}" "$@"; }
 
-# render NAME SOURCE [EXTRA]: SOURCE (a kustomization dir of this repo, a URL or a file)
-# rendered by kustomize into ${WORK}/NAME/all.yaml, then through the layer
-# ${PLATFORM_LAYER_DIR}/NAME when there is one, with the YAML documents of the file EXTRA
-# appended. In mirror mode the pinned remote resources of the kustomization are replaced by
+# manager_of NAME: the field manager a part is applied under. A part of base/platform is what an
+# Argo CD Application syncs (argocd/apps/common/platform-apps.yaml): applied under Argo CD's own
+# manager, argocd-controller (its ArgoCDSSAManager), so that once Argo CD adopts it, it is the one
+# owner of those fields, and a field removed from git leaves the cluster (server-side apply drops
+# a field only when no other manager holds it). Partial objects (Knative's settings over
+# upstream's ConfigMaps) take only their own keys. Knative's release files: kubectl's manager.
+manager_of() {
+  if [[ -f "${REPO_ROOT}/base/platform/$1/kustomization.yaml" ]]; then echo argocd-controller; else echo kubectl; fi
+}
+
+# render NAME SOURCE: SOURCE (a kustomization dir of this repo, a URL or a file) rendered by
+# kustomize into ${WORK}/NAME/all.yaml, then through the layer ${PLATFORM_LAYER_DIR}/NAME when
+# there is one. In mirror mode the pinned remote resources of the kustomization are replaced by
 # their mirror files (lib.sh: mirror_kustomization).
 render() {
-  local src="$2" extra="${3:-}" out="${WORK}/$1"
+  local src="$2" out="${WORK}/$1"
   rm -rf "${out}"
   mkdir -p "${out}/k"
   if [[ -d "${src}" ]]; then
@@ -109,7 +117,6 @@ render() {
   if [[ -n "${LAYER}" && -f "${LAYER}/$1/kustomization.yaml" ]]; then
     through_layer "${LAYER}" "$1" "${out}/all.yaml" "${out}/layers"
   fi
-  if [[ -n "${extra}" ]]; then printf -- '---\n' >> "${out}/all.yaml"; cat "${extra}" >> "${out}/all.yaml"; fi
   split_docs "${out}"
 }
 
@@ -136,19 +143,26 @@ ingress_domain() {
   printf '%s\n' "${domain}"
 }
 
-# knative_domain DOMAIN: Knative's config-domain serving every route under DOMAIN. Without it
-# Knative (>= 1.8) defaults to svc.cluster.local: every route is cluster-local, and Traefik's
-# public entry point serves none of them (404).
-knative_domain() {
-  cat <<YAML
-apiVersion: v1
-kind: ConfigMap
-metadata:
-  name: config-domain
-  namespace: knative-serving
-data:
-  "$1": ""
-YAML
+# knative_domains FILE: the domains Knative's config-domain in rendered manifests serves every
+# route under (its data keys with an empty selector, one per line; upstream's `_example` and
+# selector domains, such as a cluster-local one, are not). kustomize output: top-level keys at
+# column 0, data keys at 2, an empty value as "".
+knative_domains() {
+  awk '
+    function flush() { if (name == "config-domain" && kind == "ConfigMap") printf "%s", found
+                       name = kind = found = ""; data = 0 }
+    /^---/ { flush(); next }
+    /^kind: / { kind = $2 }
+    /^  name: / && meta { name = $2 }
+    /^[a-z]/ { meta = ($1 == "metadata:"); data = ($1 == "data:"); next }
+    data && /^  [^ ]/ {
+      k = $0; sub(/^  /, "", k); v = k
+      sub(/: .*$|:$/, "", k); gsub(/"/, "", k)
+      if (index(v, ": ")) { sub(/^[^:]*: */, "", v) } else { v = "" }
+      if (k != "_example" && (v == "" || v == "\"\"" || v == "\x27\x27")) found = found k "\n"
+    }
+    END { flush() }
+  ' "$1"
 }
 
 # split_docs DIR: DIR/all.yaml -> crds.yaml (CustomResourceDefinitions), crs.yaml (objects of
@@ -216,9 +230,10 @@ pods_report() {
   k get pods -n "$1" -o 'custom-columns=POD:.metadata.name,PHASE:.status.phase,NODE:.spec.nodeName,WAITING:.status.containerStatuses[*].state.waiting.reason,MESSAGE:.status.containerStatuses[*].state.waiting.message' >&2 || true
 }
 
-# install NAME: the three steps for ${WORK}/NAME (rendered by `render`).
+# install NAME: the three steps for ${WORK}/NAME (rendered by `render`), under manager_of NAME.
 install() {
-  local d="${WORK}/$1"
+  local d="${WORK}/$1" FIELD_MANAGER
+  FIELD_MANAGER="$(manager_of "$1")"
   [[ -z "${RENDER_ONLY}" ]] || return 0
   if [[ -s "${d}/crds.yaml" ]]; then
     apply -f "${d}/crds.yaml"
@@ -286,10 +301,13 @@ render cert-manager "${REPO_ROOT}/base/platform/cert-manager"
 install cert-manager
 cert_manager_ready
 
-# KServe is rendered first: Knative's domain is derived from its ingressDomain.
+# KServe is rendered first: Knative's domain must be its ingressDomain.
 render kserve "${REPO_ROOT}/base/platform/kserve"
 INGRESS_DOMAIN="$(ingress_domain "${WORK}/kserve/all.yaml")"
-knative_domain "${INGRESS_DOMAIN}" > "${WORK}/config-domain.yaml"
+render knative-config "${REPO_ROOT}/base/platform/knative-config"
+KNATIVE_DOMAINS="$(knative_domains "${WORK}/knative-config/all.yaml")"
+[[ "${KNATIVE_DOMAINS}" == "${INGRESS_DOMAIN}" ]] \
+  || die "Knative's config-domain (base/platform/knative-config/config-domain.yaml) serves routes under '${KNATIVE_DOMAINS//$'\n'/ }', KServe's ingressDomain (base/platform/kserve/patches/inferenceservice-config-ingress.yaml) is '${INGRESS_DOMAIN}': set both to the cluster's domain"
 KN_CRDS="${KN_URL}/serving-crds.yaml" KN_CORE="${KN_URL}/serving-core.yaml"
 if [[ -n "${MIRROR}" ]]; then
   KN_CRDS="${MIRROR}/knative-serving-crds-${KNATIVE_SERVING_VERSION}.yaml"
@@ -306,12 +324,11 @@ if [[ -n "${KN_CORE}" ]]; then
 else
   log "Knative Serving ${KNATIVE_SERVING_VERSION}: CRDs only, no Traefik (mirror mode: the mirror holds no knative-serving-core-${KNATIVE_SERVING_VERSION}.yaml)"
 fi
-# Knative's settings (base/platform/knative-config) and its domain, in both modes. Knative's
+# Knative's settings (base/platform/knative-config, rendered above), in both modes. Knative's
 # webhook validates these ConfigMaps (failurePolicy Fail): applied once its Deployment is
-# Available, retried until it answers; a field manager of their own keeps upstream's keys.
-log "Knative settings: Traefik ingress, pod-spec features, domain ${INGRESS_DOMAIN} (KServe's ingressDomain)"
-render knative-config "${REPO_ROOT}/base/platform/knative-config" "${WORK}/config-domain.yaml"
-FIELD_MANAGER=fashion-mnist-platform install knative-config
+# Available, retried until it answers; applied server-side, they keep upstream's other keys.
+log "Knative settings: Traefik ingress, pod-spec features, scale to zero, domain ${INGRESS_DOMAIN} (KServe's ingressDomain)"
+install knative-config
 if [[ -n "${KN_CORE}" ]]; then
   log "Traefik ${TRAEFIK_VERSION}: Knative's ingress"
   render traefik "${REPO_ROOT}/base/platform/traefik"

@@ -245,6 +245,45 @@ def inference_service_autoscaling(ctx: Context) -> Iterator[Hit]:
                     yield o, f"spec.{comp}.deploymentStrategy", msg
 
 
+def _ingress_domain(config) -> str | None:
+    """KServe's ``ingressDomain`` in an ``inferenceservice-config`` ConfigMap (the JSON of its
+    ``ingress`` key); None when it has none or the JSON does not parse."""
+    try:
+        ingress = json.loads(dig(config.doc, "data", "ingress", default="") or "{}")
+    except ValueError:
+        return None
+    return ingress.get("ingressDomain") if isinstance(ingress, dict) else None
+
+
+@check("knative-domain")
+def knative_domain(ctx: Context) -> Iterator[Hit]:
+    """Knative's ``config-domain`` serves every route under KServe's ``ingressDomain``: its
+    domains with an empty selector (those every route gets; a selector domain, such as a
+    cluster-local one, is left alone, as is upstream's ``_example``) are exactly that one. The
+    two are set apart (Knative's format takes the domain as a data key, which no kustomize
+    replacement can set), and KServe builds the URLs it publishes from its own while Knative
+    routes by its own: a difference gives Routes that Traefik serves under one name and
+    InferenceService URLs under another (404); with two default domains Knative takes the
+    alphabetically first. Where Knative's settings are rendered (its ``config-network``)
+    without a ``config-domain``, that is named too: Knative (>= 1.8) then makes every route
+    cluster-local."""
+    configs = [o for o in ctx.everywhere("ConfigMap")
+               if (o.namespace, o.name) == ("kserve", "inferenceservice-config")]  # fmt: skip
+    wanted = sorted({d for o in configs if (d := _ingress_domain(o))})
+    ours = {o.name: o for o in ctx.kinds("ConfigMap") if o.namespace == "knative-serving"}
+    if "config-network" in ours and "config-domain" not in ours:
+        msg = "no config-domain beside Knative's settings: every route would be cluster-local"
+        yield ours["config-network"], "metadata.name", msg
+    if (cm := ours.get("config-domain")) is None or not wanted:
+        return
+    data = dig(cm.doc, "data", default={}) or {}
+    domains = sorted(k for k, v in data.items() if k != "_example" and not str(v or "").strip())
+    if domains != wanted:
+        msg = (f"routes served under {domains}, KServe's ingressDomain is {wanted}"
+               " (base/platform/kserve): set both to the cluster's domain")  # fmt: skip
+        yield cm, "data", msg
+
+
 #: The KIngress class Traefik's Knative provider serves (traefik pkg/provider/kubernetes/knative:
 #: ``traefik.ingress.networking.knative.dev``), the class base/platform/knative-config sets.
 TRAEFIK_KNATIVE_CLASS = "traefik.ingress.networking.knative.dev"

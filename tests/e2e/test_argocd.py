@@ -54,7 +54,7 @@ from fmnist_common import (
 HEALTH_STATUSES = {"Healthy", "Progressing", "Degraded", "Suspended", "Missing", "Unknown"}
 #: Every Application of argocd/apps/local-k3d by its sync wave in the root app.
 WAVES = {
-    -4: ("cert-manager",),
+    -4: ("cert-manager", "knative-config", "traefik"),
     -3: ("training-operator", "argo-workflows", "kserve"),
     -2: ("kserve-runtimes",),
     0: ("fashion-mnist",),
@@ -469,6 +469,120 @@ def test_an_object_the_api_server_refuses_fails_the_sync_and_the_next_push_recov
     MEASURED["fix_after_refused_push_s"] = round(time.monotonic() - t0, 1)
 
 
+# --- the platform from git: Knative's settings -------------------------------------------------
+
+KNATIVE_APP, KNATIVE_NS = "knative-config", "knative-serving"
+AUTOSCALER_FILE = Path("base/platform/knative-config/config-autoscaler.yaml")
+#: The pushed setting: Knative's max-scale-up-rate (upstream 1000), which the autoscaler's config
+#: store logs as ``MaxScaleUpRate`` (knative.dev/pkg configmap/store.go: "config was added or
+#: updated", at debug: tests/e2e/platform-layer/knative raises the autoscaler's level).
+SETTING, PUSHED, LIVE_EDIT, REFUSED = "max-scale-up-rate", "999", "500", "0.5"
+#: The key of config-autoscaler.yaml that install-platform.sh applied before Argo CD adopted it.
+SCRIPT_KEY = "enable-scale-to-zero"
+
+
+def _autoscaler_config(kubectl: Kubectl) -> dict[str, str]:
+    return kubectl.json("get", "configmap", "config-autoscaler", "-n", KNATIVE_NS)["data"]
+
+
+def _push_autoscaler(setup: GitOps, keys: dict[str, str | None], message: str) -> tuple[str, str]:
+    """config-autoscaler.yaml in the user clone with each of ``keys`` set (None: removed),
+    pushed; (the revision, the push's time as ``kubectl logs --since-time`` takes it)."""
+    path = setup.user / AUTOSCALER_FILE
+    lines = [ln for ln in path.read_text().splitlines() if ln.split(":")[0].strip() not in keys]
+    lines += [f'  {k}: "{v}"' for k, v in keys.items() if v is not None]
+    path.write_text("\n".join(lines) + "\n")
+    since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - 1))
+    return _push_change(setup, message)[0], since
+
+
+def _autoscaler_logged(kubectl: Kubectl, value: str, since: str) -> bool:
+    """Whether Knative's autoscaler logged, since ``since``, a config-autoscaler with
+    MaxScaleUpRate ``value``."""
+    logs = kubectl("logs", "deployment/autoscaler", "-n", KNATIVE_NS, f"--since-time={since}")
+    return any(
+        "config-autoscaler" in ln and f"MaxScaleUpRate:{value}," in ln for ln in logs.splitlines()
+    )
+
+
+def _comparison_error(kubectl: Kubectl, app_name: str) -> str:
+    conds = (gitops.app(kubectl, app_name).get("status") or {}).get("conditions") or []
+    return next((c["message"] for c in conds if c["type"] == "ComparisonError"), "")
+
+
+def test_a_pushed_knative_setting_reaches_the_autoscaler_and_a_live_edit_is_reverted(
+    setup: GitOps, kubectl: Kubectl
+):
+    """Knative's settings are an Application (base/platform/knative-config): a pushed key of
+    config-autoscaler is live in the ConfigMap and in the autoscaler, while the keys git does
+    not hold stay (upstream's, the e2e layer's shorter windows: a partial object applied
+    server-side); a live edit of it is reverted by self-heal; a value Knative's webhook refuses
+    is refused in Argo CD's server-side diff (a ComparisonError: nothing applied, the live value
+    stays); keys removed from git leave the live ConfigMap, a key install-platform.sh applied
+    before Argo CD adopted it too (one owner: install-platform.sh manager_of), while the
+    ConfigMap itself stays (Prune=false)."""
+    before = _autoscaler_config(kubectl)
+    assert SETTING not in before and before.get(SCRIPT_KEY) == "true", before
+    rev, since = _push_autoscaler(setup, {SETTING: PUSHED}, "Knative: max-scale-up-rate 999")
+    MEASURED["knative_setting_push_s"] = round(
+        gitops.wait_synced(kubectl, KNATIVE_APP, rev, timeout=RECONCILIATION_S * 3), 1
+    )
+    live = _autoscaler_config(kubectl)
+    assert live[SETTING] == PUSHED, live
+    kept = {k: v for k, v in before.items() if k != SCRIPT_KEY}
+    assert {k: live.get(k) for k in kept} == kept  # the keys git does not hold stay
+    wait_until(
+        lambda: _autoscaler_logged(kubectl, PUSHED, since),
+        timeout=60,
+        what=f"the autoscaler's config with MaxScaleUpRate:{PUSHED}",
+    )
+
+    kubectl(
+        "patch", "configmap", "config-autoscaler", "-n", KNATIVE_NS, "--type=merge",
+        "-p", json.dumps({"data": {SETTING: LIVE_EDIT}}),
+    )  # fmt: skip
+    t0 = time.monotonic()
+    wait_until(
+        lambda: _autoscaler_config(kubectl)[SETTING] == PUSHED,
+        timeout=RECONCILIATION_S * 3,
+        what=f"self-heal to git's {SETTING}={PUSHED}",
+    )
+    MEASURED["knative_self_heal_s"] = round(time.monotonic() - t0, 1)
+
+    _push_autoscaler(setup, {SETTING: REFUSED}, "Knative: a max-scale-up-rate its webhook refuses")
+    msg = wait_until(
+        lambda: _comparison_error(kubectl, KNATIVE_APP),
+        timeout=RECONCILIATION_S * 3,
+        what="the refused value's ComparisonError",
+    )
+    print(f"\nrefused setting: {msg}")
+    assert SETTING in msg and "denied" in msg, msg
+    assert _autoscaler_config(kubectl)[SETTING] == PUSHED  # the last good state
+
+    rev, since = _push_autoscaler(
+        setup, {SETTING: None, SCRIPT_KEY: None}, "Knative: upstream's defaults"
+    )
+    gitops.wait_synced(kubectl, KNATIVE_APP, rev, timeout=240)
+    wait_until(
+        lambda: not {SETTING, SCRIPT_KEY} & set(_autoscaler_config(kubectl)),
+        timeout=30,
+        what=f"{SETTING} and {SCRIPT_KEY} gone from the live ConfigMap",
+    )
+    live = _autoscaler_config(kubectl)
+    assert {k: live.get(k) for k in kept if k != SETTING} == {
+        k: v for k, v in kept.items() if k != SETTING
+    }
+    assert not _comparison_error(kubectl, KNATIVE_APP)
+    wait_until(
+        lambda: _autoscaler_logged(kubectl, "1000", since),
+        timeout=60,
+        what="the autoscaler's config with upstream's MaxScaleUpRate:1000",
+    )
+    rev, _ = _push_autoscaler(setup, {SCRIPT_KEY: "true"}, "Knative: scale to zero, as before")
+    gitops.wait_synced(kubectl, KNATIVE_APP, rev, timeout=RECONCILIATION_S * 3)
+    assert _autoscaler_config(kubectl).get(SCRIPT_KEY) == "true"
+
+
 # --- the loop: a push that changes training, a run of the synced template, the version served ---
 
 #: The loop's push: overlays/local-k3d/environment.yaml's training values made the smoke run's
@@ -554,8 +668,8 @@ def test_the_published_version_is_served_and_the_ml_app_is_healthy(
 
     from loadtest.payload import load_encoded_test_images
 
-    if not controllers.serverless():
-        pytest.skip("needs the tier serving (Knative and Traefik): E2E_SKIP_TIERS skips it")
+    # (scripts/e2e-tiers.sh: the tier gitops runs only with the tier serving)
+    assert controllers.serverless(), "the tier gitops needs the tier serving (Knative, Traefik)"
     try:
         got = wait_until(lambda: ready(kubectl, "inferenceservice", "fashion-mnist", ML_NAMESPACE),
                          timeout=300, what="the InferenceService Ready")  # fmt: skip

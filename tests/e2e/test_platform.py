@@ -115,7 +115,8 @@ def test_applied_knative_domain_is_kserve_ingress_domain(platform, kubectl):
         "get", "configmap", "config-domain", "-n", "knative-serving", "--show-managed-fields"
     )
     managers = {m["manager"] for m in live["metadata"]["managedFields"]}
-    assert "fashion-mnist-platform" in managers, managers
+    # Argo CD's manager (install-platform.sh manager_of): once adopted, Argo CD is their one owner
+    assert "argocd-controller" in managers and "fashion-mnist-platform" not in managers, managers
 
 
 def test_crds_established_before_their_custom_resources(platform, rendered, kubectl):
@@ -182,9 +183,11 @@ def test_second_run_changes_nothing(platform, rendered, kubectl, kubeconfig):
     assert after == before
     for part in PARTS:
         objs = [o for o in docs(rendered / part / "all.yaml") if not knative_webhook(o)]
-        # as the script applies each part: Knative's settings under a field manager of their own
-        # (else the diff's manager, kubectl's, would drop what serving-core's apply set there)
-        manager = "fashion-mnist-platform" if part == "knative-config" else "kubectl"
+        # as the script applies each part: what an Argo CD Application syncs (a directory of
+        # base/platform) under Argo CD's manager, Knative's release files under kubectl's (else
+        # the diff's manager would drop what the other's apply set there)
+        synced = (REPO_ROOT / "base" / "platform" / part / "kustomization.yaml").is_file()
+        manager = "argocd-controller" if synced else "kubectl"
         diff = kubectl.run(
             "diff", "--server-side", "--force-conflicts", f"--field-manager={manager}", "-f", "-",
             input=yaml.safe_dump_all(objs), timeout=300,

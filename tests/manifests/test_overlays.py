@@ -125,4 +125,19 @@ def test_argocd_apps_per_environment(full_run):
         }
         assert waves["training-operator"] < waves["kserve-runtimes"] < waves["fashion-mnist"]
         assert waves["cert-manager"] < waves["kserve"]  # KServe's webhook certificates
+        # Knative's settings and its ingress before KServe's Serverless services and the ML app
+        assert waves["knative-config"] < waves["kserve"] and waves["traefik"] < waves["kserve"]
+        # every directory of base/platform is the path of an Application: all of it from git
+        paths = {a["spec"]["source"]["path"] for a in apps.values()}
+        platform = {f"base/platform/{d.name}" for d in (ROOT / "base" / "platform").iterdir()}
+        assert platform <= paths, sorted(platform - paths)
+        annotations = {
+            o.name: (o.meta.get("annotations") or {}).get("argocd.argoproj.io/sync-options", "")
+            for o in rendered["base/platform/knative-config"]
+        }
+        # upstream's objects: neither prune nor the Application's deletion may remove them
+        kept = {"Prune=false", "Delete=false"}  # (Argo CD trims each option: annotations.go)
+        assert annotations and all(
+            kept <= {o.strip() for o in v.split(",")} for v in annotations.values()
+        ), annotations
         assert len({a["spec"]["source"]["repoURL"] for a in apps.values()}) == 1

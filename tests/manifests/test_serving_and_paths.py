@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import yaml
 
@@ -277,6 +279,43 @@ def test_knative_ingress_is_served_by_the_rendered_traefik(broken):
     (f,) = only(broken.check(*KNATIVE), "knative-ingress")
     assert (f.file, f.field) == (NETWORK, "data.ingress-class")
     assert "'kourier.ingress.networking.knative.dev'" in f.message and "Traefik" in f.message
+
+
+DOMAIN = "base/platform/knative-config/config-domain.yaml"
+KSERVE_INGRESS = "base/platform/kserve/patches/inferenceservice-config-ingress.yaml"
+
+
+def _kserve_domain(domain: str):
+    def edit(d: dict) -> None:
+        ingress = json.loads(d["data"]["ingress"])
+        d["data"]["ingress"] = json.dumps({**ingress, "ingressDomain": domain})
+
+    return edit
+
+
+def test_knative_domain_is_kserve_ingress_domain(broken):
+    """Knative's config-domain and KServe's ingressDomain are set apart: a change to one only
+    is named; a change to both passes; a second domain in config-domain is named too."""
+    both = ("base/platform/knative-config", "base/platform/kserve")
+    assert [f for f in broken.check(*both) if f.check == "knative-domain"] == []
+    broken.edit(KSERVE_INGRESS, _kserve_domain("ml.example.org"))
+    (f,) = only(broken.check(*both), "knative-domain")
+    assert (f.file, f.field) == (DOMAIN, "data")
+    assert "['example.com']" in f.message and "['ml.example.org']" in f.message
+    broken.edit(DOMAIN, lambda d: d.update(data={"ml.example.org": ""}))
+    assert [f for f in broken.check(*both) if f.check == "knative-domain"] == []
+    # a cluster-local selector domain and upstream's example are no default domain
+    selector = "selector:\n  networking.knative.dev/visibility: cluster-local\n"
+    extra = {"svc.cluster.local": selector, "_example": "x"}
+    broken.edit(DOMAIN, lambda d: d["data"].update(extra))
+    assert [f for f in broken.check(*both) if f.check == "knative-domain"] == []
+    broken.edit(DOMAIN, lambda d: d["data"].update({"svc.cluster.local": ""}))
+    (f,) = only(broken.check(*both), "knative-domain")
+    assert "svc.cluster.local" in f.message
+    kfile = broken.root / "base/platform/knative-config/kustomization.yaml"
+    kfile.write_text(kfile.read_text().replace("  - config-domain.yaml\n", ""))
+    (f,) = only(broken.check(*both), "knative-domain")
+    assert f.file.endswith("config-network.yaml") and "no config-domain" in f.message
 
 
 @pytest.mark.parametrize(

@@ -1,8 +1,9 @@
 """scripts/install-platform.sh --render: what it would apply to Knative, offline (no cluster).
 
-Knative's ``config-domain`` is derived from KServe's ``ingressDomain`` (the one place the domain
-is set): without it Knative >= 1.8 makes every route cluster-local, and Traefik's public
-entry point serves none (404). The applied objects are checked by tests/e2e/test_platform.py.
+Knative's ``config-domain`` (base/platform/knative-config, what Argo CD syncs too) must name
+KServe's ``ingressDomain``: without it Knative >= 1.8 makes every route cluster-local, and
+Traefik's public entry point serves none (404); the script stops when the two differ. The
+applied objects are checked by tests/e2e/test_platform.py.
 """
 
 from __future__ import annotations
@@ -116,25 +117,41 @@ def test_knative_serving_core_and_traefik_only_where_the_mirror_holds_serving_co
         assert [p["targetPort"] for p in svc["spec"]["ports"]] == [entry] and entry in ports
 
 
-def test_knative_domain_follows_a_changed_ingress_domain(tmp_path):
-    """Derived, not repeated: change KServe's ingressDomain in a copy of the repository and
-    Knative's domain changes with it; an ingress config without one stops the script."""
+KNATIVE_DOMAIN = "base/platform/knative-config/config-domain.yaml"
+
+
+def test_a_knative_domain_other_than_kserve_ingress_domain_stops_the_script(tmp_path):
+    """Changed in one place only, the domain stops the render naming both files and both
+    domains; changed in both, it renders; an ingress config without one stops it too."""
     repo = tmp_path / "repo"
     for name in ("base", "scripts"):
         shutil.copytree(REPO / name, repo / name)
     shutil.copy(REPO / "versions.env", repo / "versions.env")
     if (REPO / ".venv").exists():
         (repo / ".venv").symlink_to(REPO / ".venv")
-    patch = repo / KSERVE_INGRESS
-    text = patch.read_text()
-    assert '"ingressDomain"  : "example.com"' in text
+    patch, knative = repo / KSERVE_INGRESS, repo / KNATIVE_DOMAIN
+    text, knative_text = patch.read_text(), knative.read_text()
+    assert '"ingressDomain"  : "example.com"' in text and 'example.com: ""' in knative_text
     patch.write_text(text.replace('"example.com"', '"ml.example.org"'))
     proc = _render(repo, tmp_path / "out")
+    assert proc.returncode != 0
+    for named in (KNATIVE_DOMAIN, KSERVE_INGRESS, "'example.com'", "'ml.example.org'"):
+        assert named in proc.stderr, proc.stderr
+    # upstream's _example and a selector domain (cluster-local) are no default domain
+    selector = (
+        '  _example: "# an example"\n  svc.cluster.local: |\n    selector:\n'
+        "      networking.knative.dev/visibility: cluster-local\n"
+    )
+    knative.write_text(knative_text.replace('example.com: ""', 'ml.example.org: ""') + selector)
+    proc = _render(repo, tmp_path / "out1")
     assert proc.returncode == 0, proc.stderr
-    data = _docs(tmp_path / "out" / "knative-config" / "objects.yaml")[
+    data = _docs(tmp_path / "out1" / "knative-config" / "objects.yaml")[
         ("ConfigMap", "config-domain")
     ]["data"]
-    assert data == {"ml.example.org": ""}
+    assert data["ml.example.org"] == "" and "svc.cluster.local" in data
+    knative.write_text(knative_text + '  ml.example.org: ""\n')  # two default domains
+    proc = _render(repo, tmp_path / "out3")
+    assert proc.returncode != 0 and "'example.com ml.example.org'" in proc.stderr, proc.stderr
     patch.write_text("\n".join(ln for ln in text.splitlines() if "ingressDomain" not in ln))
     proc = _render(repo, tmp_path / "out2")
     assert proc.returncode != 0
