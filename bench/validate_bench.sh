@@ -10,7 +10,7 @@ RUNS="${1:-3}"
 MIRROR_DIR="${MIRROR_DIR:-../shared}"
 export UPSTREAM_MIRROR_DIR="${UPSTREAM_MIRROR_DIR:-$(cd "${MIRROR_DIR}" && pwd)/upstream}"
 export KUBE_SCHEMA_DIR="${KUBE_SCHEMA_DIR:-$(cd "${MIRROR_DIR}" && pwd)/kube-schemas}"
-export KUBECONFORM="${KUBECONFORM:-$(scripts/tools.sh --bin kubeconform)}"
+export KUBECONFORM="${KUBECONFORM:-$(scripts/kubeconform.sh)}"
 PYTHON="${PYTHON:-.venv/bin/python}"
 SHIPPED='from validation.main import main'
 WITH_CRDS='import validation.render as r; r.without_crds = lambda text: text

@@ -32,12 +32,13 @@ _VERDICTS: dict[tuple[str, tuple[str, ...], str, str], dict[str, list[str]]] = {
 
 
 def kubeconform_path(root: Path) -> str:
-    """$KUBECONFORM, else the binary ``scripts/tools.sh`` built; FileNotFoundError if neither."""
-    cmd = ["bash", str(root / "scripts/tools.sh"), "--bin", "kubeconform"]
+    """$KUBECONFORM, else the pinned kubeconform ``scripts/kubeconform.sh --find`` finds (the
+    tools cache's, or one on PATH of that version); FileNotFoundError if none."""
+    cmd = ["bash", str(root / "scripts/kubeconform.sh"), "--find"]
     if not (exe := os.environ.get("KUBECONFORM")):
         exe = subprocess.run(cmd, capture_output=True, text=True).stdout.strip()
-    if not exe:  # tools.sh --bin prints nothing when the tool is not built
-        raise FileNotFoundError("kubeconform is not built: run scripts/tools.sh kubeconform")
+    if not exe:  # --find prints nothing when there is none
+        raise FileNotFoundError("no kubeconform of the pinned version: run make kubeconform")
     return exe
 
 
@@ -84,7 +85,7 @@ def validate(objs: list[Obj], root: Path, k8s_version: str, workdir: Path) -> li
     Only verdicts are kept (valid, or invalid against a schema): an error (no schema found, a
     failed download) is reported and the object sent again next time; a kubeconform that
     fails (an exit status other than 0 and 1, no JSON) is one finding, and nothing is kept.
-    FileNotFoundError when kubeconform is not built (:func:`kubeconform_path`)."""
+    FileNotFoundError when there is no kubeconform (:func:`kubeconform_path`)."""
     ours, exe = [o for o in objs if not o.upstream], kubeconform_path(root)
     locations = ["default", CRDS_CATALOG_URL]  # offline: the package's and the mirror's
     if schema_dir := os.environ.get("KUBE_SCHEMA_DIR"):

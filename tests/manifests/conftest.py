@@ -26,15 +26,15 @@ def _online() -> bool:
 
 @pytest.fixture(scope="session", autouse=True)
 def sources() -> dict:
-    """Offline mirrors from the environment (or online), and kubeconform (``KUBECONFORM`` or
-    the one scripts/tools.sh built); fails clearly when either is missing."""
+    """Offline mirrors from the environment (or online), and kubeconform (``KUBECONFORM``, or
+    the pinned one scripts/kubeconform.sh finds); fails clearly when either is missing."""
     mirrors = os.environ.get("UPSTREAM_MIRROR_DIR") and os.environ.get("KUBE_SCHEMA_DIR")
     if not mirrors and not _online():
         pytest.fail("offline and no mirrors: run with MIRROR_DIR=../shared (make test)")
     try:
         os.environ["KUBECONFORM"] = kubeconform_path(ROOT)
     except FileNotFoundError:
-        pytest.fail("kubeconform is not built: run `make kubeconform`")
+        pytest.fail("no kubeconform of the pinned version: run `make kubeconform`")
     mirror = os.environ.get("UPSTREAM_MIRROR_DIR")
     return {"mirror_dir": Path(mirror) if mirror else None}
 
