@@ -49,7 +49,8 @@ help: ## list targets and variables
 	@echo "variables: MIRROR_DIR=DIR (offline mirrors, e.g. ../shared; unset: online), BUDGET=quick|smoke|full (demo, bench-train),"
 	@echo "           PYTEST_ARGS (test, test-fast, e2e), WORK_DIR (demo output, default work), BENCH_ARGS (bench-train: --resume, --overwrite, --precision float32)"
 	@echo "           TEST_JOBS (test, test-fast: pytest processes, default 2; 0: one, for --pdb or -s)"
-	@echo "           E2E_SKIP_TIERS (e2e: tiers left out, e.g. serving; docs/e2e.md \"Tiers\"), FMNIST_E2E_REAL_NODE=0 (e2e: kwok nodes only)"
+	@echo "           E2E_SKIP_TIERS (e2e: tiers left out, e.g. pulumi; serving takes gitops with it; docs/e2e.md \"Tiers\"), FMNIST_E2E_REAL_NODE=0 (e2e: kwok nodes only)"
+	@echo "           KUBECONFORM=PATH (validate, test: a kubeconform of versions.env's KUBECONFORM_VERSION; unset: the cache's or PATH's, else built with Go)"
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON_BOOTSTRAP) -m venv $(VENV)

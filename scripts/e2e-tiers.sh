@@ -13,8 +13,8 @@
 #                                         order .ci/run builds them in, and `plan` waits in)
 #   scripts/e2e-tiers.sh images [--core]  likewise, the images of scripts/e2e-images.sh
 #   scripts/e2e-tiers.sh pytest-args      pytest's --ignore=MODULE for each skipped tier's tests
-#   scripts/e2e-tiers.sh report           one loud line per tier in E2E_SKIP_TIERS: what did not
-#                                         run, and how to run it
+#   scripts/e2e-tiers.sh report           one loud line per tier in E2E_SKIP_TIERS (and each tier
+#                                         that needs one of them): what did not run, and how to run it
 #   scripts/e2e-tiers.sh seconds [TIER]  the seconds `plan` keeps for the core (or TIER) on this
 #                                         machine's CPU, and the CPU's kind (cpu_kind)
 #   scripts/e2e-tiers.sh plan DEADLINE [PID]

@@ -121,7 +121,7 @@ render() {
 }
 
 # ingress_domain FILE: KServe's ingressDomain in rendered manifests (the JSON of the `ingress`
-# key of ConfigMap inferenceservice-config): the one place the cluster's domain is set.
+# key of ConfigMap inferenceservice-config); Knative's config-domain must name the same.
 ingress_domain() {
   local domain
   # kustomize output: one document per object, top-level keys at column 0, data keys at 2.
@@ -296,18 +296,18 @@ if [[ -z "${RENDER_ONLY}" ]] && k get namespace kourier-system >/dev/null 2>&1; 
   die "this cluster runs Kourier (namespace kourier-system), which Traefik replaces as Knative's ingress: recreate the cluster (k3d cluster delete; scripts/k3d-up.sh), or remove Kourier and let Knative remake each KIngress as docs/gitops.md (\"Reaching the model\") says, then re-run"
 fi
 
-log "cert-manager ${CERT_MANAGER_VERSION}"
-render cert-manager "${REPO_ROOT}/base/platform/cert-manager"
-install cert-manager
-cert_manager_ready
-
-# KServe is rendered first: Knative's domain must be its ingressDomain.
+# Before any change: Knative's domain must be KServe's ingressDomain (both rendered here).
 render kserve "${REPO_ROOT}/base/platform/kserve"
 INGRESS_DOMAIN="$(ingress_domain "${WORK}/kserve/all.yaml")"
 render knative-config "${REPO_ROOT}/base/platform/knative-config"
 KNATIVE_DOMAINS="$(knative_domains "${WORK}/knative-config/all.yaml")"
 [[ "${KNATIVE_DOMAINS}" == "${INGRESS_DOMAIN}" ]] \
   || die "Knative's config-domain (base/platform/knative-config/config-domain.yaml) serves routes under '${KNATIVE_DOMAINS//$'\n'/ }', KServe's ingressDomain (base/platform/kserve/patches/inferenceservice-config-ingress.yaml) is '${INGRESS_DOMAIN}': set both to the cluster's domain"
+log "cert-manager ${CERT_MANAGER_VERSION}"
+render cert-manager "${REPO_ROOT}/base/platform/cert-manager"
+install cert-manager
+cert_manager_ready
+
 KN_CRDS="${KN_URL}/serving-crds.yaml" KN_CORE="${KN_URL}/serving-core.yaml"
 if [[ -n "${MIRROR}" ]]; then
   KN_CRDS="${MIRROR}/knative-serving-crds-${KNATIVE_SERVING_VERSION}.yaml"

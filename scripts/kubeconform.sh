@@ -43,5 +43,7 @@ if onpath="$(command -v kubeconform)"; then
   echo "kubeconform.sh: $onpath is kubeconform '${have:-(no version)}', not the pinned $WANT: passed over" >&2
 fi
 [[ "${1:-}" == --find ]] && exit 0
+command -v go >/dev/null \
+  || die "no kubeconform $WANT (KUBECONFORM, the tools cache, PATH) and no Go to build one: set KUBECONFORM to the path of a kubeconform $WANT (its release binary: github.com/yannh/kubeconform/releases), put one on PATH, or install Go (versions.env GO_VERSION)"
 "$ROOT/scripts/tools.sh" kubeconform >&2
 "$ROOT/scripts/tools.sh" --bin kubeconform

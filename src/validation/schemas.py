@@ -38,7 +38,10 @@ def kubeconform_path(root: Path) -> str:
     if not (exe := os.environ.get("KUBECONFORM")):
         exe = subprocess.run(cmd, capture_output=True, text=True).stdout.strip()
     if not exe:  # --find prints nothing when there is none
-        raise FileNotFoundError("no kubeconform of the pinned version: run make kubeconform")
+        raise FileNotFoundError(
+            "no kubeconform of the pinned version (versions.env KUBECONFORM_VERSION): set"
+            " KUBECONFORM to its path, put it on PATH, or run `make kubeconform` (builds it: Go)"
+        )
     return exe
 
 

@@ -255,6 +255,11 @@ def _ingress_domain(config) -> str | None:
     return ingress.get("ingressDomain") if isinstance(ingress, dict) else None
 
 
+#: Where the two domains are set (what the messages name).
+KNATIVE_DOMAIN_FILE = "base/platform/knative-config/config-domain.yaml"
+KSERVE_INGRESS_FILE = "base/platform/kserve/patches/inferenceservice-config-ingress.yaml"
+
+
 @check("knative-domain")
 def knative_domain(ctx: Context) -> Iterator[Hit]:
     """Knative's ``config-domain`` serves every route under KServe's ``ingressDomain``: its
@@ -272,15 +277,17 @@ def knative_domain(ctx: Context) -> Iterator[Hit]:
     wanted = sorted({d for o in configs if (d := _ingress_domain(o))})
     ours = {o.name: o for o in ctx.kinds("ConfigMap") if o.namespace == "knative-serving"}
     if "config-network" in ours and "config-domain" not in ours:
-        msg = "no config-domain beside Knative's settings: every route would be cluster-local"
+        msg = ("no config-domain beside Knative's settings: every route would be cluster-local;"
+               f" add one naming KServe's ingressDomain ({KNATIVE_DOMAIN_FILE})")  # fmt: skip
         yield ours["config-network"], "metadata.name", msg
     if (cm := ours.get("config-domain")) is None or not wanted:
         return
     data = dig(cm.doc, "data", default={}) or {}
     domains = sorted(k for k, v in data.items() if k != "_example" and not str(v or "").strip())
     if domains != wanted:
-        msg = (f"routes served under {domains}, KServe's ingressDomain is {wanted}"
-               " (base/platform/kserve): set both to the cluster's domain")  # fmt: skip
+        msg = (f"routes served under {' '.join(domains) or 'no domain'}, KServe's ingressDomain"
+               f" is {' '.join(wanted)} ({KSERVE_INGRESS_FILE}): set both to the cluster's"
+               " domain")  # fmt: skip
         yield cm, "data", msg
 
 

@@ -33,8 +33,8 @@ def sources() -> dict:
         pytest.fail("offline and no mirrors: run with MIRROR_DIR=../shared (make test)")
     try:
         os.environ["KUBECONFORM"] = kubeconform_path(ROOT)
-    except FileNotFoundError:
-        pytest.fail("no kubeconform of the pinned version: run `make kubeconform`")
+    except FileNotFoundError as e:
+        pytest.fail(str(e))
     mirror = os.environ.get("UPSTREAM_MIRROR_DIR")
     return {"mirror_dir": Path(mirror) if mirror else None}
 

@@ -84,7 +84,8 @@ def test_one_on_path_of_the_pinned_version_is_used_another_passed_over(tmp_path)
     assert f"{old} is kubeconform 'v0.6.0', not the pinned {PINNED}: passed over" in proc.stderr
 
 
-def test_with_none_found_and_no_go_the_build_says_go_is_required(tmp_path):
+def test_with_none_found_and_no_go_it_says_what_to_set(tmp_path):
     proc = _run([str(SCRIPT)], tmp_path, _path_without_go())
-    assert proc.returncode != 0 and proc.stdout == ""
-    assert "Go is required to build kubeconform" in proc.stderr, proc.stderr
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert f"no kubeconform {PINNED}" in proc.stderr and "and no Go to build one" in proc.stderr
+    assert "set KUBECONFORM to the path of a kubeconform" in proc.stderr, proc.stderr

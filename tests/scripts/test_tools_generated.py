@@ -66,7 +66,11 @@ def proxy(root: Path) -> Path:
 def tree(tmp_path) -> Path:
     """scripts/tools.sh with its lib.sh and versions.env, and an empty hack/tools."""
     if not shutil.which("go"):
-        pytest.fail("Go is required (versions.env GO_VERSION): make test builds tools with it")
+        # CI has Go (.ci/run checks it first): there these tests never skip
+        why = "Go is not on PATH: scripts/tools.sh's build contract (the e2e's tools) is not tested"
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{why}, and CI must test it (versions.env GO_VERSION)")
+        pytest.skip(why)
     (tmp_path / "scripts").mkdir()
     for name in ("tools.sh", "lib.sh"):
         shutil.copy2(REPO / "scripts" / name, tmp_path / "scripts" / name)
