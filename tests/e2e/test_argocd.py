@@ -150,6 +150,7 @@ def setup(platform, kubectl: Kubectl, kubeconfig: Path, overlay, tmp_path_factor
         assert proc.returncode == 0, proc.stderr
         # Argo CD's pods, and the ML layer's, on the real node
         controllers.place_on_real_node(kubeconfig, ("argocd", ML_NAMESPACE))
+        _load_balancer_address(kubectl)
         _node_images_for_git(kubectl, overlay)
         git("clone", "--quiet", url, str(work / "clone"))
         out = _bootstrap(work / "clone", kubectl, kubeconfig)
@@ -177,6 +178,16 @@ def setup(platform, kubectl: Kubectl, kubeconfig: Path, overlay, tmp_path_factor
         print(f"\ngitops measured: {MEASURED}")
         _teardown(kubectl)
         server.stop()
+
+
+def _load_balancer_address(kubectl: Kubectl) -> None:
+    """What k3s' ServiceLB (k3d) or a cloud's load balancer does, which the e2e's cluster has
+    none of: Traefik's LoadBalancer Service gets an address (the real node's IP) in its status.
+    Argo CD rates a LoadBalancer Service without one Progressing, so without it the Application
+    ``traefik`` (wave -4) would hold every later wave (docs/gitops.md)."""
+    status = {"status": {"loadBalancer": {"ingress": [{"ip": real_node.NODE_IP}]}}}
+    kubectl("patch", "service", "traefik", "-n", "traefik", "--subresource=status",
+            "--type=merge", "-p", json.dumps(status))  # fmt: skip
 
 
 def _node_images_for_git(kubectl: Kubectl, overlay: list[dict]) -> None:
