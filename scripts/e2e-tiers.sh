@@ -43,6 +43,7 @@ serving_TOOLS=(kserve-agent metrics-server event-display knative-serving traefik
 serving_IMAGES=(agent event_display knative_controller knative_webhook knative_activator
   knative_autoscaler knative_queue traefik)
 serving_TESTS=(tests/e2e/test_real_serving.py tests/e2e/test_serverless.py)
+serving_NEEDS=()
 declare -A serving_E2E_SECONDS=([intel]=780 [amd]=800)
 # gitops: Argo CD (its one binary, with kustomize and git in its image) and Redis as the pods of
 # argocd/install on the real node, bootstrapped by scripts/bootstrap-argocd.sh from a git server
@@ -59,7 +60,6 @@ pulumi_TOOLS=(pulumi pulumi-kubernetes)
 pulumi_IMAGES=()
 pulumi_TESTS=(tests/e2e/test_pulumi.py)
 pulumi_NEEDS=()
-serving_NEEDS=()
 declare -A pulumi_E2E_SECONDS=([intel]=120 [amd]=150)
 
 die() { echo "e2e-tiers.sh: $*" >&2; exit 1; }

@@ -84,18 +84,24 @@ KPA_METRICS = ("concurrency", "rps")
 UPSTREAM_DEFAULT_MODE = "Serverless"  # kserve-v0.20.0.yaml, inferenceservice-config `deploy`
 
 
+def _kserve_json(config, key: str) -> dict:
+    """The JSON object under data ``key`` of an ``inferenceservice-config`` ConfigMap (KServe
+    keeps each group of settings as one JSON string); {} when absent or not a JSON object."""
+    data = config.doc.get("data")
+    try:
+        value = json.loads(data.get(key)) if isinstance(data, dict) else None
+    except (TypeError, ValueError):
+        value = None
+    return value if isinstance(value, dict) else {}
+
+
 def default_deployment_mode(ctx: Context) -> tuple[str, str]:
     """(mode, where it comes from): the rendered inferenceservice-config's
     ``defaultDeploymentMode``, else upstream's (the platform is not rendered with this check)."""
     for cm in ctx.everywhere("ConfigMap"):
-        data = cm.doc.get("data")
-        if cm.name != "inferenceservice-config" or not isinstance(data, dict):
+        if cm.name != "inferenceservice-config":
             continue
-        try:
-            deploy = json.loads(data.get("deploy"))
-        except (TypeError, ValueError):
-            continue
-        mode = deploy.get("defaultDeploymentMode") if isinstance(deploy, dict) else None
+        mode = _kserve_json(cm, "deploy").get("defaultDeploymentMode")
         if isinstance(mode, str) and mode:
             return LEGACY_MODES.get(mode, mode), f"ConfigMap {cm.namespace}/{cm.name}"
     return LEGACY_MODES[UPSTREAM_DEFAULT_MODE], "KServe's default inferenceservice-config"
@@ -245,16 +251,6 @@ def inference_service_autoscaling(ctx: Context) -> Iterator[Hit]:
                     yield o, f"spec.{comp}.deploymentStrategy", msg
 
 
-def _ingress_domain(config) -> str | None:
-    """KServe's ``ingressDomain`` in an ``inferenceservice-config`` ConfigMap (the JSON of its
-    ``ingress`` key); None when it has none or the JSON does not parse."""
-    try:
-        ingress = json.loads(dig(config.doc, "data", "ingress", default="") or "{}")
-    except ValueError:
-        return None
-    return ingress.get("ingressDomain") if isinstance(ingress, dict) else None
-
-
 #: Where the two domains are set (what the messages name).
 KNATIVE_DOMAIN_FILE = "base/platform/knative-config/config-domain.yaml"
 KSERVE_INGRESS_FILE = "base/platform/kserve/patches/inferenceservice-config-ingress.yaml"
@@ -274,7 +270,8 @@ def knative_domain(ctx: Context) -> Iterator[Hit]:
     cluster-local."""
     configs = [o for o in ctx.everywhere("ConfigMap")
                if (o.namespace, o.name) == ("kserve", "inferenceservice-config")]  # fmt: skip
-    wanted = sorted({d for o in configs if (d := _ingress_domain(o))})
+    domains = (_kserve_json(o, "ingress").get("ingressDomain") for o in configs)
+    wanted = sorted({d for d in domains if isinstance(d, str) and d})
     ours = {o.name: o for o in ctx.kinds("ConfigMap") if o.namespace == "knative-serving"}
     if "config-network" in ours and "config-domain" not in ours:
         msg = ("no config-domain beside Knative's settings: every route would be cluster-local;"
