@@ -28,6 +28,7 @@ TOPICS = {
         "logger-url",
         "serve-consistency",
         "knative-ingress",
+        "knative-domain",
     },
     "cli_paths": {"cli-flags", "paths", "model-types"},
     "pods": {"resources", "resource-limits", "security-context", "image-tag", "probes"},
