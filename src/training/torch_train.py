@@ -119,12 +119,6 @@ def build_parser() -> argparse.ArgumentParser:
         default=0,
         help="torch intra-op threads; 0 = torch's default ($OMP_NUM_THREADS, else the cores)",
     )
-    p.add_argument(
-        "--collective-timeout",
-        type=number(float, 0, low_open=True),
-        default=600.0,
-        help="seconds the rendezvous and each collective wait for the other replicas",
-    )
     return p
 
 

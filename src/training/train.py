@@ -129,6 +129,15 @@ def add_shared_arguments(p: argparse.ArgumentParser) -> None:
         "mixed_bfloat16 where the device computes bfloat16 natively, else float32, see "
         "training.precision); the export is float32",
     )
+    p.add_argument(
+        "--collective-timeout",
+        type=number(float, 0, low_open=True),
+        default=600.0,
+        help="seconds the rendezvous waits for every replica of the cluster (TensorFlow: "
+        "the coordination service's register barrier; PyTorch: the process group's init, "
+        "and each collective too); a replica lost after it is found by TensorFlow's "
+        "coordination-service heartbeat",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -236,14 +245,61 @@ def run_dirs(args: argparse.Namespace, task: TaskInfo) -> dict[str, Path | None]
     return {"scratch": scratch, "tensorboard": scratch / "tensorboard", "export_parent": scratch}
 
 
+class RendezvousTimeout(Exception):
+    """Not every replica of ``TF_CONFIG``'s cluster joined within ``--collective-timeout``
+    seconds (a peer never started: its pod unschedulable, its node lost). Retryable:
+    :func:`main` exits :data:`PEER_LOST_EXIT_CODE`, like a peer lost later."""
+
+
+def bound_rendezvous(task: TaskInfo, timeout: float) -> None:
+    """Make the start of ``MultiWorkerMirroredStrategy`` wait at most ``timeout`` seconds
+    for the other replicas, instead of TensorFlow's default of an hour.
+
+    The strategy configures TensorFlow's coordination service (chief and worker jobs, the
+    leader ``multi_worker_util.coordination_leader``) only when none is configured yet; this
+    configures the same service first, with ``cluster_register_timeout_in_ms`` and
+    ``cluster_register_with_barrier`` (every task waits at the register barrier, not only the
+    leader), as ``collective_all_reduce_strategy._initialize_multi_worker`` would. A no-op for
+    a local run (empty ``task.cluster``) or a task outside the chief/worker jobs.
+    """
+    from tensorflow.compiler.xla.tsl.protobuf import coordination_config_pb2
+    from tensorflow.python.distribute import multi_worker_util
+    from tensorflow.python.eager import context
+    from tensorflow.python.training.server_lib import ClusterSpec
+
+    if not task.cluster or task.task_type not in ("chief", "worker"):
+        return
+    spec = ClusterSpec(task.cluster)
+    jobs = [
+        coordination_config_pb2.CoordinatedJob(name=job, num_tasks=spec.num_tasks(job))
+        for job in ("chief", "worker")
+        if job in spec.jobs
+    ]
+    ctx = context.context()
+    ctx.configure_coordination_service(
+        service_type="standalone",
+        service_leader=multi_worker_util.coordination_leader(spec),
+        coordinated_jobs=jobs,
+        cluster_register_timeout_in_ms=int(timeout * 1000),
+    )
+    ctx.coordination_service.cluster_register_with_barrier = True
+
+
 def make_strategy(task: TaskInfo, args: argparse.Namespace):
     """``MultiWorkerMirroredStrategy`` with the ``--collective`` all-reduce (NCCL when GPUs are
-    visible) and ``--bytes-per-pack``. tf-keras all-reduces every gradient in one call; with
+    visible) and ``--bytes-per-pack``, whose rendezvous waits at most ``--collective-timeout``
+    seconds (:func:`bound_rendezvous`). tf-keras all-reduces every gradient in one call; with
     ``bytes_per_pack=0`` that is one collective, which starts once the last gradient is
     computed. With packs, TensorFlow launches one collective per pack in reverse variable
     order (``CollectiveAllReduce``: the last layers' gradients, computed first, go first), and
     in a graph each pack's collective runs as soon as its gradients exist, beside the rest of
-    the backward pass."""
+    the backward pass. No per-collective timeout (``CommunicationOptions.timeout_seconds``
+    starts a thread for each collective, "only for debugging" in TensorFlow's words): a replica
+    lost after the rendezvous is found by the coordination service's heartbeat.
+
+    Raises:
+        RendezvousTimeout: a replica did not join within ``--collective-timeout`` seconds.
+    """
     import tensorflow as tf
 
     impl = tf.distribute.experimental.CommunicationImplementation
@@ -252,7 +308,19 @@ def make_strategy(task: TaskInfo, args: argparse.Namespace):
         bytes_per_pack=args.bytes_per_pack,
         implementation=impl.NCCL if gpus else getattr(impl, args.collective.upper()),
     )
-    return tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
+    bound_rendezvous(task, args.collective_timeout)
+    try:
+        return tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
+    except tf.errors.DeadlineExceededError as exc:
+        # the leader's message names the stragglers; another task's says "Deadline Exceeded"
+        named = [line.strip() for line in str(exc).splitlines() if line.strip().startswith("/job:")]
+        peers = ", ".join(f"{job}: {len(a)}" for job, a in task.cluster.items())
+        raise RendezvousTimeout(
+            f"rendezvous: not every replica of TF_CONFIG's cluster ({peers}) joined within "
+            f"{args.collective_timeout:g} s (--collective-timeout)"
+            + (f"; missing: {', '.join(sorted(set(named)))}" if named else "")
+            + "; is every replica's pod scheduled and running?"
+        ) from exc
 
 
 def augment(images, labels, kind: str, seed):
@@ -766,7 +834,8 @@ def main(args: argparse.Namespace, model_builder=None) -> int:
 
     Returns:
         0 when done (an ``evaluator`` task has nothing to do: selection evaluates the
-        candidates), :data:`PEER_LOST_EXIT_CODE` when a peer was lost (retryable).
+        candidates), :data:`PEER_LOST_EXIT_CODE` when a peer was lost or never joined within
+        ``--collective-timeout`` seconds (retryable).
 
     Raises:
         training.tf_config.TFConfigError: malformed ``TF_CONFIG``.
@@ -786,6 +855,9 @@ def main(args: argparse.Namespace, model_builder=None) -> int:
 
     try:
         train(args, task, model_builder)
+    except RendezvousTimeout as exc:
+        log.error("%s; exiting %d (retryable)", exc, PEER_LOST_EXIT_CODE)
+        return PEER_LOST_EXIT_CODE
     except Exception as exc:
         if not any(isinstance(exc, getattr(tf.errors, n)) for n in PEER_LOST_ERRORS):
             raise

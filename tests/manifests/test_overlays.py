@@ -19,6 +19,12 @@ ENV_PARAMS = {
     "train-node-selector",
     "train-tolerations",
     "precision",
+    "collective-timeout",
+}
+# integer fields each environment sets (Argo takes no parameter there): the field itself
+ENV_FIELDS = {
+    ("spec", "templates", "train-all", "parallelism"),  # training-parallelism
+    ("spec", "activeDeadlineSeconds"),  # workflow-deadline-seconds
 }
 
 
@@ -65,6 +71,7 @@ def objects(rendered, kust):
 def test_overlays_keep_every_field_they_do_not_set(full_run, base, overlay):
     _, rendered = full_run
     changed = patched_paths(overlay) | {("spec", "arguments", "parameters", n) for n in ENV_PARAMS}
+    changed |= ENV_FIELDS
     over, compared = objects(rendered, overlay), 0
     for key, doc in objects(rendered, base).items():
         if key[0] in ("TFJob", "PyTorchJob"):
@@ -94,6 +101,11 @@ def test_local_k3d_values(full_run):
     assert c["image"] == "fashion-mnist/ml:0.1.0" and c["imagePullPolicy"] == "IfNotPresent"
     assert "nvidia.com/gpu" not in c["resources"]["limits"]
     assert worker["replicas"] == 2 and worker["restartPolicy"] == "Never"
+    assert c["args"][c["args"].index("--collective-timeout") + 1] == "600"
+    wt = _one(objs, "WorkflowTemplate")["spec"]
+    # 2 jobs x 2 replicas x 500m: what a 4-CPU k3d has beside the platform (integers, not text)
+    assert by_name(wt["templates"], "train-all")["parallelism"] == 2
+    assert wt["activeDeadlineSeconds"] == 21600
 
 
 def test_gpu_cloud_values(full_run):
@@ -111,6 +123,9 @@ def test_gpu_cloud_values(full_run):
         assert worker["replicas"] == 4 and c["resources"]["limits"]["nvidia.com/gpu"] == "1"
         assert c["image"] == "registry.example.com/fashion-mnist/ml-gpu:0.1.0"
         assert pod["tolerations"][0]["key"] == "nvidia.com/gpu" and pod["nodeSelector"]
+        assert c["args"][c["args"].index("--collective-timeout") + 1] == "1800"
+    wt = _one(objs, "WorkflowTemplate")["spec"]
+    assert by_name(wt["templates"], "train-all")["parallelism"] == 4  # 16 GPUs at once
 
 
 def test_argocd_apps_per_environment(full_run):

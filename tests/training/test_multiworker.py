@@ -260,3 +260,36 @@ def test_two_workers_killed_after_an_epoch_resume_from_the_backup(tmp_path, data
     assert out.count(f"({done} of {done + 1} epochs done)") == 2, out[-3000:]
     assert (work / "candidates" / "cnn" / "saved_model.pb").is_file()
     assert _leftovers(work, scratch_tmp) == []
+
+
+@pytest.mark.parametrize("index", [0, 1], ids=["leader", "non-leader"])
+def test_a_worker_whose_peer_never_starts_exits_retryable_within_its_timeout(
+    tmp_path, data_dir, index
+):
+    """TF_CONFIG names two workers, only one starts (the other's pod never scheduled): the one
+    started waits --collective-timeout seconds at the rendezvous, not TensorFlow's hour, then
+    exits PEER_LOST_EXIT_CODE (retryable) with one line naming the flag; the leader's line also
+    names the task that never joined. Nothing is exported."""
+    from training import train
+
+    work = tmp_path / "shared"
+    argv = [*_args(work, "cnn", "r1", 1, "float32", data_dir), "--collective-timeout", "5"]
+    peers = [f"{LOOPBACK}:{port}" for port in free_ports(2)]
+    tf_config = {"cluster": {"worker": peers}, "task": {"type": "worker", "index": index}}
+    env = {**os.environ, "TF_CONFIG": json.dumps(tf_config), "TF_CPP_MIN_LOG_LEVEL": "2"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "training.train", *argv],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,  # TensorFlow's own register timeout is an hour
+    )  # fmt: skip
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == train.PEER_LOST_EXIT_CODE, out[-3000:]
+    errors = [ln for ln in out.splitlines() if "rendezvous: not every replica" in ln]
+    assert len(errors) == 1, out[-3000:]
+    assert "(worker: 2) joined within 5 s (--collective-timeout)" in errors[0], errors
+    if index == 0:  # the coordination service's leader knows who is missing
+        assert "missing: /job:worker/replica:0/task:1" in errors[0], errors
+    assert "Traceback" not in out, out[-3000:]
+    assert not (work / "candidates").exists()
