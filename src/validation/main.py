@@ -14,6 +14,7 @@ from pathlib import Path
 from validation import cli_paths, gitops, pods, rbac, render, schemas, serving, training, workflow  # noqa: F401
 from validation.argo import WORKFLOW_KINDS, embedded
 from validation.core import Context, Finding, Obj, finding, run_checks
+from validation.training import run_footprint
 
 
 def expand(objs: list[Obj]) -> list[Obj]:
@@ -41,6 +42,22 @@ def run(root: Path, kusts: list[str] | None = None, mirror_dir: Path | None = No
     return sorted(set(findings), key=Finding.format), rendered  # one base, several overlays
 
 
+def footprint_line(kust: str, objs: list[Obj]) -> str:
+    """One line (with its newline) of what a pipeline run of ``kust`` asks for its training at
+    most (:func:`validation.training.run_footprint`), '' where it renders no pipeline."""
+    try:
+        fp = run_footprint(expand(objs))
+    except ValueError as e:
+        return f"  {kust}: training requests not summed: {e}\n"
+    if fp is None:
+        return ""
+    return (
+        f"  {kust}: one pipeline run trains {fp['jobs']} of its {fp['of']} jobs at once, "
+        f"their replicas requesting {fp['cpu']:g} CPU, {fp['memory'] / 2**30:g}Gi memory, "
+        f"{fp['nvidia.com/gpu']:g} GPUs\n"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     """CLI entry point: the report; exit status 1 when a check fails or on a config error."""
     p = argparse.ArgumentParser(prog="python -m validation", description=__doc__)
@@ -60,6 +77,9 @@ def main(argv: list[str] | None = None) -> int:
     n = sum(len(v) for v in rendered.values())
     print(f"rendered {len(rendered)} kustomizations, {n} objects", end=" ")
     print(f"(upstream: {mirror or 'online'}; CR schemas: {schemas_from})")
+    for kust, objs in sorted(rendered.items()):
+        if kust.startswith("overlays/"):  # what a cluster is given (base/ml is no environment)
+            print(footprint_line(kust, objs), end="")
     print("".join(f"  FAIL {f.format()}\n" for f in findings), end="")
     print(f"{len(findings)} failure(s)" if findings else "all checks passed")
     print(f"total time {time.perf_counter() - t0:.2f}s")

@@ -218,3 +218,61 @@ def training_threads(ctx: Context) -> Iterator[Hit]:
                         f"spec.{field}.{rtype}.template.spec.containers[{c.get('name')}]",
                         msg,
                     )
+
+
+# Kubernetes quantity suffixes (apimachinery resource.Quantity): decimal SI and binary
+QUANTITY_SUFFIXES = {"m": 1e-3, "": 1, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12,
+                     "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}  # fmt: skip
+# what a run's footprint counts: CPU cores, memory bytes, GPUs
+FOOTPRINT_RESOURCES = ("cpu", "memory", "nvidia.com/gpu")
+
+
+def quantity(text) -> float:
+    """A Kubernetes quantity (``"500m"``, ``"1"``, ``"768Mi"``, ``2``) as a number of units
+    (cores, bytes, devices). Raises ValueError for another form (exponents are not used here)."""
+    m = re.fullmatch(r"([0-9.]+)(m|k|M|G|T|Ki|Mi|Gi|Ti|)", str(text).strip())
+    if not m:
+        raise ValueError(f"not a Kubernetes quantity: {text!r}")
+    return float(m.group(1)) * QUANTITY_SUFFIXES[m.group(2)]
+
+
+def job_requests(job) -> dict[str, float]:
+    """The requests of every replica of a TFJob or PyTorchJob, summed: ``FOOTPRINT_RESOURCES``
+    -> cores, bytes, GPUs (a replica spec without ``replicas`` counts 1, as the operator's
+    default)."""
+    total = dict.fromkeys(FOOTPRINT_RESOURCES, 0.0)
+    for spec in replica_specs(job)[1].values():
+        pod = ((spec or {}).get("template") or {}).get("spec") or {}
+        for c in pod.get("containers") or []:
+            requests = (c.get("resources") or {}).get("requests") or {}
+            for r in FOOTPRINT_RESOURCES:
+                total[r] += int(spec.get("replicas", 1)) * quantity(requests.get(r, 0))
+    return total
+
+
+def run_footprint(objs) -> dict | None:
+    """What one pipeline run's training asks of a cluster at most: the ``parallelism`` largest
+    training jobs (by CPU) that the WorkflowTemplate's ``train-all`` runs at once, their
+    requests summed. ``objs``: one kustomization's objects with the resource steps' manifests
+    (:func:`validation.main.expand`). Returns ``{"jobs": N, "of": M, "cpu": cores, "memory":
+    bytes, "nvidia.com/gpu": GPUs}``, or None where no such template renders.
+    Raises ValueError for a request that is no quantity."""
+    jobs = {  # the resource steps' training jobs, one per variant (by its name)
+        o.name: job_requests(o)
+        for o in objs
+        if o.kind in REPLICA_SPECS and o.embedded_in and not o.upstream
+    }
+    templates = [
+        t
+        for o in objs
+        if o.kind in WORKFLOW_KINDS and not o.upstream and not o.embedded_in
+        for t in (o.doc.get("spec") or {}).get("templates") or []
+        if t.get("name") == "train-all"
+    ]
+    if not jobs or not templates:
+        return None
+    at_once = min(int(templates[0].get("parallelism") or len(jobs)), len(jobs))
+    largest = sorted(jobs.values(), key=lambda r: r["cpu"], reverse=True)[:at_once]
+    return {"jobs": at_once, "of": len(jobs)} | {
+        r: sum(j[r] for j in largest) for r in FOOTPRINT_RESOURCES
+    }

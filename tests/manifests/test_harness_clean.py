@@ -77,10 +77,19 @@ def test_cli_exit_code_and_report(tmp_path):
         if k in ("UPSTREAM_MIRROR_DIR", "KUBE_SCHEMA_DIR", "KUBECONFORM")
     }
     env |= {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
-    cmd = [sys.executable, "-m", "validation", "overlays/local-k3d", "overlays/gpu-cloud"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "validation",
+        "overlays/local-k3d",
+        "overlays/gpu-cloud",
+        "base/ml",
+    ]
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "all checks passed" in proc.stdout and "total time" in proc.stdout
+    assert "overlays/local-k3d: one pipeline run trains 2 of its 4 jobs at once" in proc.stdout
+    assert "base/ml:" not in proc.stdout  # no environment: no footprint
     proc = subprocess.run(
         [*cmd[:3], "--root", str(tmp_path)], env=env, capture_output=True, text=True
     )

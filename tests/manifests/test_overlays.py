@@ -6,6 +6,7 @@ import pytest
 import yaml
 
 from validation.main import expand
+from validation.training import quantity, run_footprint
 
 from .conftest import ROOT, by_name
 
@@ -156,3 +157,31 @@ def test_argocd_apps_per_environment(full_run):
             kept <= {o.strip() for o in v.split(",")} for v in annotations.values()
         ), annotations
         assert len({a["spec"]["source"]["repoURL"] for a in apps.values()}) == 1
+
+
+def test_one_runs_training_footprint_per_overlay(full_run):
+    """What `make validate` prints per overlay: the largest `training-parallelism` jobs' replica
+    requests, summed (local-k3d: 2 jobs x 2 replicas x 500m / 1Gi; gpu-cloud: every job, 4
+    replicas each, 4 CPU / 16Gi / 1 GPU per replica)."""
+    _, rendered = full_run
+    local = run_footprint(expand(rendered["overlays/local-k3d"]))
+    assert local == {"jobs": 2, "of": 4, "cpu": 2.0, "memory": 4 * 2**30, "nvidia.com/gpu": 0}
+    gpu = run_footprint(expand(rendered["overlays/gpu-cloud"]))
+    assert (gpu["jobs"], gpu["cpu"], gpu["memory"], gpu["nvidia.com/gpu"]) == (
+        4,
+        64,
+        256 * 2**30,
+        16,
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "units"), [("500m", 0.5), ("2", 2), (1, 1), ("768Mi", 768 * 2**20), ("1G", 1e9)]
+)
+def test_quantities_read_as_kubernetes_reads_them(text, units):
+    assert quantity(text) == units
+
+
+def test_a_quantity_of_another_form_is_refused():
+    with pytest.raises(ValueError, match="not a Kubernetes quantity: '1 Gi'"):
+        quantity("1 Gi")
