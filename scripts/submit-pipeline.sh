@@ -9,7 +9,8 @@ usage: scripts/submit-pipeline.sh [--wait] [--entrypoint NAME] [-p name=value ..
 Creates a Workflow from workflowtemplate/${PIPELINE} in namespace ${NAMESPACE} and prints
 its name. -p overrides a parameter by name (values may contain any character, e.g.
 -p train-resources='{"requests": {"cpu": "1"}}'). --entrypoint: a template other than
-'pipeline' (train-all, or train with -p model-type=...; scripts/train.sh uses them).
+'pipeline' (train-all, or train with -p model-type=...; scripts/train.sh uses them; select
+with -p candidates-runs=RUN[,RUN...]: publish the candidates those runs trained).
 --wait: block until the run ends; exit 0 when Succeeded, 1 as soon as it is Failed/Error.
 Env: TIMEOUT (seconds, default 21600), POLL (seconds, default 10).
 USAGE

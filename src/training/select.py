@@ -78,9 +78,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--report", required=True, help="JSON report to write")
     p.add_argument(
         "--run-id",
+        type=run_ids,
         default=None,
-        help="accept only candidates trained by this run (their training_history.json run_id); "
-        "stale candidates of earlier runs are reported and skipped",
+        metavar="RUN[,RUN...]",
+        help="accept only candidates trained by one of these runs (their "
+        "training_history.json run_id; comma-separated, empty items ignored: the pipeline "
+        "passes its own run and the candidates-runs parameter); stale candidates of other "
+        "runs are reported and skipped",
     )
     p.add_argument(
         "--test-examples", type=number(int, 0), default=0, help="first N test images; 0 = all"
@@ -141,15 +145,31 @@ def evaluate_candidate(
     }
 
 
-def check_run_id(path: Path, run_id: str) -> None:
-    """Raise ``ValueError`` unless ``path`` was trained by run ``run_id`` (stale candidate)."""
+def run_ids(text: str) -> tuple[str, ...]:
+    """``--run-id``'s value: comma-separated run ids (a Workflow's name, a ``scripts/train.sh``
+    run's), blanks and empty items dropped, e.g. ``"wf-a,"`` -> ``("wf-a",)``.
+
+    Raises:
+        argparse.ArgumentTypeError: no run id at all.
+    """
+    ids = tuple(dict.fromkeys(i.strip() for i in text.split(",") if i.strip()))
+    if not ids:
+        raise argparse.ArgumentTypeError(f"no run id in {text!r}")
+    return ids
+
+
+def check_run_id(path: Path, run_id: str | tuple[str, ...]) -> None:
+    """Raise ``ValueError`` unless ``path`` was trained by run ``run_id`` (or by one of the
+    runs of a tuple): a stale candidate, or one without a readable history."""
+    accepted = (run_id,) if isinstance(run_id, str) else tuple(run_id)
     history = path / "training_history.json"
     try:
         found = json.loads(history.read_text()).get("run_id")
     except (OSError, ValueError) as exc:
         raise ValueError(f"no readable {history.name}: cannot tell which run trained it") from exc
-    if found != run_id:
-        raise ValueError(f"stale candidate: trained by run {found!r}, not {run_id!r}")
+    if found not in accepted:
+        wanted = repr(accepted[0]) if len(accepted) == 1 else f"one of {list(accepted)}"
+        raise ValueError(f"stale candidate: trained by run {found!r}, not {wanted}")
 
 
 def next_version(base: Path) -> int:

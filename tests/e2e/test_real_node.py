@@ -371,6 +371,34 @@ def test_the_readme_pipeline_runs_every_step_on_real_pods(kubectl, kubeconfig, d
     assert {"fashion-mnist-deploy", "fashion-mnist-pipeline"} <= managers, managers
 
 
+def test_a_select_alone_publishes_an_earlier_runs_candidates_as_the_next_version(
+    kubectl, kubeconfig, deployed
+):
+    """Each step alone: ``submit-pipeline.sh --wait --entrypoint select -p
+    candidates-runs=<run>`` scores the candidates that the run above trained (the run id in
+    their training_history.json) and publishes the best as version 2, without training again;
+    the select Workflow's own name alone would refuse them all as stale."""
+    ns = deployed
+    root = real_node.volume_root(ns)
+    (trained_by,) = {
+        json.loads(p.read_text())["run_id"]
+        for p in (root / "candidates").glob("*/training_history.json")
+    }
+    proc = script(
+        kubectl, kubeconfig, ns, "submit-pipeline.sh", "--wait", "--entrypoint", "select",
+        "-p", f"candidates-runs={trained_by}", "-p", "min-accuracy=0",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    wf = kubectl.json("get", proc.stdout.split()[0], "-n", ns)
+    assert wf["metadata"]["name"] != trained_by
+    report = json.loads((root / "reports" / "selection.json").read_text())
+    assert report["published"] and report["version"] == 2, report
+    assert {k: c["status"] for k, c in report["candidates"].items()} == dict.fromkeys(
+        ("cnn", "dropout", "batch_norm", "pytorch"), "ok"
+    )
+    assert sorted(p.name for p in (root / "models" / "fashion-mnist").iterdir()) == ["1", "2"]
+
+
 def _replica_env(pod: dict, container: str) -> dict[str, str]:
     """The environment of a training replica's ``container`` (``tensorflow``, ``pytorch``),
     after checking the rest of what the job's template and the operator gave the pod: the

@@ -158,6 +158,26 @@ def test_stale_candidates_of_another_run_are_skipped(tmp_path, candidates):
     assert "cannot tell which run" in report["candidates"]["batch_norm"]["error"]
 
 
+def test_candidates_of_the_runs_named_are_accepted(tmp_path, candidates):
+    """A select alone (the pipeline's `--run-id <own run>,<candidates-runs>`): candidates of
+    any run named are ranked; one of a run not named is still stale."""
+    root, _ = candidates
+    for model_type, run_id in (("cnn", "train-a"), ("dropout", "train-b"), ("batch_norm", "x")):
+        (root / model_type / "training_history.json").write_text(json.dumps({"run_id": run_id}))
+    report = run(tmp_path, root, "--run-id", "select-wf, train-a,,train-b")
+    assert {m for m, r in report["candidates"].items() if r["status"] == "ok"} == {"cnn", "dropout"}
+    error = report["candidates"]["batch_norm"]["error"]
+    assert "trained by run 'x', not one of ['select-wf', 'train-a', 'train-b']" in error
+    assert report["published"] and report["version"] == 1
+
+
+def test_a_run_id_list_without_a_run_is_a_usage_error(tmp_path, candidates, capsys):
+    root, _ = candidates
+    with pytest.raises(SystemExit) as exc:
+        run(tmp_path, root, "--run-id", " , ")
+    assert exc.value.code == 2 and "no run id in ' , '" in capsys.readouterr().err
+
+
 def test_outputs_that_are_not_probabilities_are_rejected(tmp_path):
     class Fives(tf.Module):
         @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name=INPUT_NAME)])
