@@ -13,15 +13,15 @@ import controllers
 import real_node
 from e2e_kube import REPO_ROOT
 
-# A whole pipeline run on 2 cores: ingest, three 2-worker TFJobs and the 2-replica PyTorchJob at
-# once, select, serve (docs/e2e.md)
+# A whole pipeline run on 2 cores: ingest, three 2-worker TFJobs and the 2-replica PyTorchJob,
+# two at a time (local-k3d's training-parallelism), select, serve (docs/e2e.md)
 PIPELINE_TIMEOUT_S = 900
 
 # The small budget of the pipeline's real run (`-p`, as a user cuts a smoke run): one epoch of
-# 2,048 training images per variant; requests small enough that all eight replicas (three
-# 2-worker TFJobs, the PyTorchJob's Master and Worker) are scheduled at once on the 2-CPU node
-# (training-operator v1.9.4 has no gang scheduling: jobs admitted a replica at a time could each
-# wait for a peer forever); min-accuracy 0 (one epoch of 2,048 images is not a model worth
+# 2,048 training images per variant; requests small enough that every replica that local-k3d's
+# training-parallelism lets run at once is scheduled beside the platform on the 2-CPU node
+# (training-operator v1.9.4 has no gang scheduling: a job admitted in part waits for its peers,
+# up to the trainers' --collective-timeout); min-accuracy 0 (one epoch of 2,048 images is not a model worth
 # 0.85). The PyTorchJob's image is the pipeline image with PyTorch's CUDA wheels (ml_torch,
 # about 8 GB), its Worker's init container the busybox image imported as the operator's default
 # alpine:3.10 (scripts/e2e-images.sh).
