@@ -8,7 +8,7 @@ usage() {
 usage: scripts/train.sh [model-type] [-p name=value ...]
 Submits a Workflow from workflowtemplate/${PIPELINE} (namespace ${NAMESPACE}) with entrypoint
 'train' for one TensorFlow model type (cnn | dropout | batch_norm: a TFJob), 'train-pytorch'
-for pytorch (the PyTorchJob), or 'train-all' for all four in parallel (-p train-pytorch=false: the three TFJobs), and waits, polling the Workflow's phase every POLL seconds: exit 0 when it Succeeded
+for pytorch (the PyTorchJob), or 'train-all' for all four in parallel, at most the environment's training-parallelism at once (-p train-pytorch=false: the three TFJobs), and waits, polling the Workflow's phase every POLL seconds: exit 0 when it Succeeded
 (the last attempt of every training job succeeded), 1 when it is Failed or Error (with Argo's message) or still running
 after TIMEOUT seconds. 'train-all' does not stop at the first failed job: its DAG lets the
 other variants run to their end (failFast: false), so the Workflow fails, and the script exits

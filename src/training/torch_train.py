@@ -65,8 +65,10 @@ from training.train import (
     ERASE_PIXELS,
     PEER_LOST_EXIT_CODE,
     SHIFT_PIXELS,
+    RendezvousTimeout,
     add_shared_arguments,
     checkpoint_dir,
+    rendezvous_message,
     unusable_checkpoint,
 )
 
@@ -279,6 +281,9 @@ def main(args: argparse.Namespace) -> int:
 
     try:
         train(args, env)
+    except RendezvousTimeout as exc:
+        log.error("rank %d: %s; exiting %d (retryable)", env.rank, exc, PEER_LOST_EXIT_CODE)
+        return PEER_LOST_EXIT_CODE
     except Exception as exc:
         if not is_peer_lost(exc):
             raise
@@ -367,13 +372,25 @@ def train(args: argparse.Namespace, env: DistEnv) -> dict:
             return {}
         return _export_finished(args, done[1], precision, world, len(x_np))
 
-    dist.init_process_group(
-        "nccl" if cuda else "gloo",
-        init_method="env://",
-        world_size=world,
-        rank=rank,
-        timeout=timedelta(seconds=args.collective_timeout),
-    )
+    try:
+        dist.init_process_group(
+            "nccl" if cuda else "gloo",
+            init_method="env://",
+            world_size=world,
+            rank=rank,
+            timeout=timedelta(seconds=args.collective_timeout),
+        )
+    except Exception as exc:  # the store's or the backend's rendezvous timed out
+        if not is_peer_lost(exc):
+            raise
+        raise RendezvousTimeout(
+            rendezvous_message(
+                f"the process group (WORLD_SIZE {world}, MASTER {env.master_addr}:"
+                f"{env.master_port})",
+                args.collective_timeout,
+                " ".join(str(exc).split())[:200],
+            )
+        ) from exc
     log.info("rank %d joined the process group (%s)", rank, dist.get_backend())
 
     sampler = DistributedSampler(

@@ -131,12 +131,11 @@ def add_shared_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--collective-timeout",
-        type=number(float, 0, low_open=True),
+        type=number(float, 1),
         default=600.0,
-        help="seconds the rendezvous waits for every replica of the cluster (TensorFlow: "
-        "the coordination service's register barrier; PyTorch: the process group's init, "
-        "and each collective too); a replica lost after it is found by TensorFlow's "
-        "coordination-service heartbeat",
+        help="seconds (at least 1; default 600) the rendezvous waits for every replica of "
+        "the job; one that does not join in time makes this replica exit "
+        f"{PEER_LOST_EXIT_CODE} (retryable) naming this flag",
     )
 
 
@@ -275,6 +274,8 @@ def bound_rendezvous(task: TaskInfo, timeout: float) -> None:
         for job in ("chief", "worker")
         if job in spec.jobs
     ]
+    if timeout < 1:  # 0 ms would be TensorFlow's default, an hour
+        raise ValueError(f"a rendezvous timeout of at least 1 s, got {timeout!r}")
     ctx = context.context()
     ctx.configure_coordination_service(
         service_type="standalone",
@@ -316,11 +317,22 @@ def make_strategy(task: TaskInfo, args: argparse.Namespace):
         named = [line.strip() for line in str(exc).splitlines() if line.strip().startswith("/job:")]
         peers = ", ".join(f"{job}: {len(a)}" for job, a in task.cluster.items())
         raise RendezvousTimeout(
-            f"rendezvous: not every replica of TF_CONFIG's cluster ({peers}) joined within "
-            f"{args.collective_timeout:g} s (--collective-timeout)"
-            + (f"; missing: {', '.join(sorted(set(named)))}" if named else "")
-            + "; is every replica's pod scheduled and running?"
+            rendezvous_message(
+                f"TF_CONFIG's cluster ({peers})",
+                args.collective_timeout,
+                f"missing: {', '.join(sorted(set(named)))}" if named else "",
+            )
         ) from exc
+
+
+def rendezvous_message(group: str, timeout: float, detail: str = "") -> str:
+    """The one line both trainers log when ``group`` (e.g. ``"TF_CONFIG's cluster (worker:
+    2)"``) did not all join within ``timeout`` seconds (``--collective-timeout``)."""
+    return (
+        f"rendezvous: not every replica of {group} joined within {timeout:g} s "
+        f"(--collective-timeout){'; ' + detail if detail else ''}; is every replica's pod "
+        "scheduled and running?"
+    )
 
 
 def augment(images, labels, kind: str, seed):

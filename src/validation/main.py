@@ -14,7 +14,7 @@ from pathlib import Path
 from validation import cli_paths, gitops, pods, rbac, render, schemas, serving, training, workflow  # noqa: F401
 from validation.argo import WORKFLOW_KINDS, embedded
 from validation.core import Context, Finding, Obj, finding, run_checks
-from validation.training import run_footprint
+from validation.training import environment_problems, run_footprint
 
 
 def expand(objs: list[Obj]) -> list[Obj]:
@@ -31,6 +31,7 @@ def run(root: Path, kusts: list[str] | None = None, mirror_dir: Path | None = No
     k8s_version = render.parse_versions_env(root / "versions.env")["KUBERNETES_VERSION"]
     with tempfile.TemporaryDirectory(prefix="validation-") as tmp:
         findings, mirrors = render.prepare_tree(root, Path(tmp) / "tree", mirror_dir)
+        findings += [finding("environment", m, file=f) for f, m in environment_problems(root)]
         kusts = kusts or render.discover_kustomizations(root)
         rendered, errors = render.render_all(Path(tmp) / "tree", kusts, mirrors)
         findings += [finding("render", err, kustomization=k) for k, err in errors.items()]

@@ -11,9 +11,18 @@ from collections.abc import Iterator
 
 import yaml
 
-from validation.argo import RETRIES, WORKFLOW_KINDS, calls, requirements, substitute
+from validation.argo import (
+    RETRIES,
+    WORKFLOW_KINDS,
+    calls,
+    requirements,
+    substitute,
+    tasks,
+    workflow_params,
+    workflow_spec,
+)
 from validation.cli_paths import COMMAND, parse
-from validation.core import Context, Hit, check
+from validation.core import Context, Hit, check, dig
 
 COUNTED_RESTART_POLICIES = ("ExitCode", "Never")
 # job kind -> the spec field holding its replica specs
@@ -276,3 +285,84 @@ def run_footprint(objs) -> dict | None:
     return {"jobs": at_once, "of": len(jobs)} | {
         r: sum(j[r] for j in largest) for r in FOOTPRINT_RESOURCES
     }
+
+
+def retry_limit(template: dict) -> int:
+    """A template's ``retryStrategy.limit`` as a number (0 without one, or for an expression)."""
+    try:
+        return int(dig(template, "retryStrategy", "limit", default=0))
+    except (TypeError, ValueError):
+        return 0
+
+
+@check("training-deadline")
+def training_deadline(ctx: Context) -> Iterator[Hit]:
+    """The Workflow's ``activeDeadlineSeconds`` outlasts the training's longest wait for
+    replicas that never gather: rounds (``train-all``'s jobs over its ``parallelism``, rounded
+    up) x attempts (the training templates' ``retryStrategy`` limit + 1) x the trainers'
+    ``--collective-timeout`` parameter. A shorter deadline ends such a run first, with Argo's
+    "deadline exceeded" instead of the trainers' line naming what did not join."""
+    for wf in ctx.kinds(*WORKFLOW_KINDS):
+        spec = workflow_spec(wf)
+        templates = {t.get("name"): t for t in spec.get("templates") or []}
+        fan_out = templates.get("train-all")
+        timeout = workflow_params(spec).get("collective-timeout")
+        if fan_out is None or timeout is None or spec.get("activeDeadlineSeconds") is None:
+            continue
+        try:
+            deadline, timeout = int(spec["activeDeadlineSeconds"]), float(timeout)
+        except (TypeError, ValueError):
+            continue  # the schema (an integer) and cli-flags (the trainers' parser) report it
+        jobs = [templates.get(t.get("template")) or {} for t in tasks(fan_out)]
+        limits = [retry_limit(t) for t in jobs]
+        rounds = -(-len(jobs) // max(1, int(fan_out.get("parallelism") or len(jobs))))
+        longest = rounds * (max(limits, default=0) + 1) * timeout
+        if jobs and deadline <= longest:
+            yield (
+                wf,
+                "spec.activeDeadlineSeconds",
+                (
+                    f"{deadline} s ends a run before its training's longest wait for replicas: "
+                    f"{rounds} round(s) of train-all x {max(limits, default=0) + 1} attempt(s) x "
+                    f"collective-timeout {timeout:g} s = {longest:g} s"
+                ),
+            )
+
+
+ENVIRONMENT_COMPONENT = "base/ml/environment/kustomization.yaml"
+
+
+def environment_problems(root) -> list[tuple[str, str]]:
+    """(file, message) for each value of an ``overlays/<env>/environment.yaml`` that the
+    component ``base/ml/environment`` copies into an integer field of Argo's (a target outside
+    ``spec.arguments.parameters``: ``parallelism``, ``activeDeadlineSeconds``) and that is no
+    whole number of at least 1. kustomize's own error ("cannot decode !!str `two` as a !!int")
+    names neither the key nor the file."""
+    from pathlib import Path
+
+    root = Path(root)
+    try:
+        component = yaml.safe_load((root / ENVIRONMENT_COMPONENT).read_text()) or {}
+    except (OSError, yaml.YAMLError):
+        return []  # the render reports it
+    integer_keys = [
+        r["source"]["fieldPath"].removeprefix("data.")
+        for r in component.get("replacements") or []
+        if any(
+            not path.startswith("spec.arguments.parameters")
+            for target in r.get("targets") or []
+            for path in target.get("fieldPaths") or []
+        )
+    ]
+    problems = []
+    for env in sorted(root.glob("overlays/*/environment.yaml")):
+        try:
+            data = (yaml.safe_load(env.read_text()) or {}).get("data") or {}
+        except (OSError, yaml.YAMLError, AttributeError):
+            continue  # the render reports it
+        rel = str(env.relative_to(root))
+        for key in integer_keys:
+            value = data.get(key)
+            if value is not None and not re.fullmatch(r"[1-9][0-9]*", str(value)):
+                problems.append((rel, f"{key}: {value!r} is not a whole number of at least 1"))
+    return problems

@@ -21,10 +21,10 @@ PIPELINE_TIMEOUT_S = 900
 # 2,048 training images per variant; requests small enough that every replica that local-k3d's
 # training-parallelism lets run at once is scheduled beside the platform on the 2-CPU node
 # (training-operator v1.9.4 has no gang scheduling: a job admitted in part waits for its peers,
-# up to the trainers' --collective-timeout); min-accuracy 0 (one epoch of 2,048 images is not a model worth
-# 0.85). The PyTorchJob's image is the pipeline image with PyTorch's CUDA wheels (ml_torch,
-# about 8 GB), its Worker's init container the busybox image imported as the operator's default
-# alpine:3.10 (scripts/e2e-images.sh).
+# up to the trainers' --collective-timeout); min-accuracy 0 (one epoch of 2,048 images is not a
+# model worth 0.85). The PyTorchJob's image is the pipeline image with PyTorch's CUDA wheels
+# (ml_torch, about 8 GB), its Worker's init container the busybox image imported as the
+# operator's default alpine:3.10 (scripts/e2e-images.sh).
 SMOKE_RUN = {
     "epochs": "1",
     "train-examples": "2048",

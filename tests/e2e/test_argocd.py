@@ -597,7 +597,7 @@ def test_a_pushed_knative_setting_reaches_the_autoscaler_and_a_live_edit_is_reve
 # --- the loop: a push that changes training, a run of the synced template, the version served ---
 
 #: The loop's push: overlays/local-k3d/environment.yaml's training values made the smoke run's
-#: (pipeline_run.SMOKE_RUN: its requests fit the eight replicas on the node at once; float32
+#: (pipeline_run.SMOKE_RUN: its requests fit the replicas of two jobs at once; float32
 #: is exact on every CPU); the rest of its budget is the run's ``-p``, as a user cuts a run.
 LOOP_PUSH = {k: SMOKE_RUN[k] for k in ("train-resources", "precision")} | {"workers": "2"}
 LOOP_ARGS = {k: v for k, v in SMOKE_RUN.items() if k not in LOOP_PUSH}

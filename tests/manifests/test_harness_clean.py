@@ -21,6 +21,7 @@ TOPICS = {
         "tfjob-restart-policy",
         "pytorchjob-master",
         "training-threads",
+        "training-deadline",
     },
     "serving": {
         "inferenceservice",

@@ -343,3 +343,32 @@ def test_every_training_replica_sets_its_thread_count(broken, old, new, fields, 
     hits = only(broken.check(), "training-threads")
     assert {f.field for f in hits} == set(fields)  # once per call of the template
     assert all(f.message.startswith(f"{variable} unset") for f in hits), [f.format() for f in hits]
+
+
+def test_the_deadline_outlasts_the_trainings_longest_wait_for_replicas(broken):
+    """base/ml: 4 jobs at once (1 round) x 3 attempts x 600 s = 1800 s; local-k3d: 2 jobs at a
+    time (2 rounds) = 3600 s. A deadline at that or under it is reported, with the product."""
+    broken.replace(WFT, "  activeDeadlineSeconds: 21600\n", "  activeDeadlineSeconds: 1800\n")
+    (hit,) = only(broken.check(), "training-deadline")
+    assert hit.field == "spec.activeDeadlineSeconds", hit.format()
+    assert hit.message == (
+        "1800 s ends a run before its training's longest wait for replicas: 1 round(s) of "
+        "train-all x 3 attempt(s) x collective-timeout 600 s = 1800 s"
+    )
+    env = "overlays/local-k3d/environment.yaml"
+    broken.replace(env, 'workflow-deadline-seconds: "21600"', 'workflow-deadline-seconds: "3000"')
+    hits = only(broken.check("overlays/local-k3d"), "training-deadline")
+    assert [h.message.split(":")[-1] for h in hits] == [
+        " 2 round(s) of train-all x 3 attempt(s) x collective-timeout 600 s = 3600 s"
+    ]
+    broken.replace(env, 'workflow-deadline-seconds: "3000"', 'workflow-deadline-seconds: "3601"')
+    assert [f for f in broken.check("overlays/local-k3d") if f.check == "training-deadline"] == []
+
+
+@pytest.mark.parametrize("value", ["two", "1.5", "0", "6h"])
+def test_an_integer_environment_value_that_is_no_whole_number_names_its_key_and_file(broken, value):
+    env = "overlays/local-k3d/environment.yaml"
+    broken.replace(env, 'training-parallelism: "2"', f'training-parallelism: "{value}"')
+    (hit,) = only(broken.check("overlays/local-k3d"), "environment")
+    assert hit.file == env, hit.format()
+    assert hit.message == f"training-parallelism: {value!r} is not a whole number of at least 1"

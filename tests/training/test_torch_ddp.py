@@ -257,3 +257,26 @@ def test_a_rank_that_dies_makes_the_other_exit_promptly(tmp_path, data_dir):
     assert len(re.findall(rf"lost a peer .*exiting {PEER_LOST_EXIT_CODE} \(retryable\)", log0)) == 1
     assert "epoch 5/5" not in log0
     assert not (tmp_path / "candidates").exists()
+
+
+@pytest.mark.parametrize("rank", [0, 1], ids=["master", "worker"])
+def test_a_rank_whose_peer_never_starts_exits_retryable_within_its_timeout(
+    tmp_path, data_dir, rank
+):
+    """WORLD_SIZE 2, only one rank started (the other's pod never scheduled): it waits
+    --collective-timeout seconds at the process group's rendezvous, then exits
+    PEER_LOST_EXIT_CODE with one line naming the flag, not "lost a peer"."""
+    (port,) = free_ports(1)
+    env = _env(data_dir, MASTER_ADDR=LOOPBACK, MASTER_PORT=str(port), WORLD_SIZE="2",
+               RANK=str(rank))  # fmt: skip
+    args = [*_args(tmp_path, "alone", epochs=1), "--collective-timeout", "5"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "training.torch_train", *args],
+        env=env, capture_output=True, text=True, timeout=180,
+    )  # fmt: skip
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == PEER_LOST_EXIT_CODE, out[-3000:]
+    lines = [ln for ln in out.splitlines() if "rendezvous: not every replica" in ln]
+    assert len(lines) == 1 and "lost a peer" not in out, out[-3000:]
+    assert f"(WORLD_SIZE 2, MASTER {LOOPBACK}:{port}) joined within 5 s" in lines[0], lines
+    assert "(--collective-timeout)" in lines[0] and "Traceback" not in out, out[-3000:]
