@@ -28,6 +28,7 @@ import functools
 import json
 import logging
 import os
+import re
 import shutil
 import sys
 import time
@@ -131,9 +132,9 @@ def add_shared_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--collective-timeout",
-        type=number(float, 1),
+        type=number(float, 1, 86400),
         default=600.0,
-        help="seconds (at least 1; default 600) the rendezvous waits for every replica of "
+        help="seconds (1 to 86400; default 600) the rendezvous waits for every replica of "
         "the job; one that does not join in time makes this replica exit "
         f"{PEER_LOST_EXIT_CODE} (retryable) naming this flag",
     )
@@ -313,16 +314,29 @@ def make_strategy(task: TaskInfo, args: argparse.Namespace):
     try:
         return tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
     except tf.errors.DeadlineExceededError as exc:
-        # the leader's message names the stragglers; another task's says "Deadline Exceeded"
-        named = [line.strip() for line in str(exc).splitlines() if line.strip().startswith("/job:")]
         peers = ", ".join(f"{job}: {len(a)}" for job, a in task.cluster.items())
         raise RendezvousTimeout(
             rendezvous_message(
                 f"TF_CONFIG's cluster ({peers})",
                 args.collective_timeout,
-                f"missing: {', '.join(sorted(set(named)))}" if named else "",
+                stragglers(str(exc)),
             )
         ) from exc
+
+
+def stragglers(message: str) -> str:
+    """What a coordination service's register-barrier error says of the tasks that did not
+    join, e.g. ``"1 of 4 tasks joined; missing: /job:worker/replica:0/task:1,
+    /job:worker/replica:0/task:2, and 1 more"``; '' when it says nothing (a task other than
+    the leader: "Deadline Exceeded"). TensorFlow lists "Some timed out task names", not all."""
+    named = sorted({ln.strip() for ln in message.splitlines() if ln.strip().startswith("/job:")})
+    counted = re.search(r"# of tasks that reached the barrier: (\d+)/(\d+)", message)
+    parts = [f"{counted[1]} of {counted[2]} tasks joined"] if counted else []
+    if named:
+        missing = int(counted[2]) - int(counted[1]) if counted else len(named)
+        more = f", and {missing - len(named)} more" if missing > len(named) else ""
+        parts.append(f"missing: {', '.join(named)}{more}")
+    return "; ".join(parts)
 
 
 def rendezvous_message(group: str, timeout: float, detail: str = "") -> str:

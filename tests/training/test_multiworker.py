@@ -293,3 +293,21 @@ def test_a_worker_whose_peer_never_starts_exits_retryable_within_its_timeout(
         assert "missing: /job:worker/replica:0/task:1" in errors[0], errors
     assert "Traceback" not in out, out[-3000:]
     assert not (work / "candidates").exists()
+
+
+def test_the_stragglers_line_says_when_tensorflow_names_only_some():
+    """TensorFlow's barrier error lists at most two "timed out task names" with the count;
+    the line keeps the count and says how many it does not name."""
+    from training.train import stragglers
+
+    leader = (
+        "Barrier timed out. Id: [Init]Wait_for_all_tasks_to_register::0. ...\n"
+        "# of tasks that reached the barrier: 1/4.\n"
+        "The first task at the barrier: /job:chief/replica:0/task:0. Some timed out task names:\n"
+        "/job:worker/replica:0/task:2\n/job:worker/replica:0/task:1\n"
+    )
+    assert stragglers(leader) == (
+        "1 of 4 tasks joined; missing: /job:worker/replica:0/task:1, "
+        "/job:worker/replica:0/task:2, and 1 more"
+    )
+    assert stragglers("Deadline Exceeded") == ""
