@@ -158,10 +158,9 @@ def run_ids(text: str) -> tuple[str, ...]:
     return ids
 
 
-def check_run_id(path: Path, run_id: str | tuple[str, ...]) -> None:
-    """Raise ``ValueError`` unless ``path`` was trained by run ``run_id`` (or by one of the
-    runs of a tuple): a stale candidate, or one without a readable history."""
-    accepted = (run_id,) if isinstance(run_id, str) else tuple(run_id)
+def check_run_id(path: Path, accepted: tuple[str, ...]) -> None:
+    """Raise ``ValueError`` unless ``path`` was trained by one of the runs ``accepted``
+    (:func:`run_ids`): a stale candidate, or one without a readable history."""
     history = path / "training_history.json"
     try:
         found = json.loads(history.read_text()).get("run_id")

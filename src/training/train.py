@@ -269,14 +269,14 @@ def bound_rendezvous(task: TaskInfo, timeout: float) -> None:
 
     if not task.cluster or task.task_type not in ("chief", "worker"):
         return
+    if timeout < 1:  # 0 ms would be TensorFlow's default, an hour
+        raise ValueError(f"a rendezvous timeout of at least 1 s, got {timeout!r}")
     spec = ClusterSpec(task.cluster)
     jobs = [
         coordination_config_pb2.CoordinatedJob(name=job, num_tasks=spec.num_tasks(job))
         for job in ("chief", "worker")
         if job in spec.jobs
     ]
-    if timeout < 1:  # 0 ms would be TensorFlow's default, an hour
-        raise ValueError(f"a rendezvous timeout of at least 1 s, got {timeout!r}")
     ctx = context.context()
     ctx.configure_coordination_service(
         service_type="standalone",

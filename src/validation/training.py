@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from pathlib import Path
 
 import yaml
+from kubernetes.utils import parse_quantity
 
 from validation.argo import (
     RETRIES,
@@ -229,20 +231,27 @@ def training_threads(ctx: Context) -> Iterator[Hit]:
                     )
 
 
-# Kubernetes quantity suffixes (apimachinery resource.Quantity): decimal SI and binary
-QUANTITY_SUFFIXES = {"m": 1e-3, "": 1, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12,
-                     "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}  # fmt: skip
 # what a run's footprint counts: CPU cores, memory bytes, GPUs
 FOOTPRINT_RESOURCES = ("cpu", "memory", "nvidia.com/gpu")
 
 
 def quantity(text) -> float:
     """A Kubernetes quantity (``"500m"``, ``"1"``, ``"768Mi"``, ``2``) as a number of units
-    (cores, bytes, devices). Raises ValueError for another form (exponents are not used here)."""
-    m = re.fullmatch(r"([0-9.]+)(m|k|M|G|T|Ki|Mi|Gi|Ti|)", str(text).strip())
-    if not m:
-        raise ValueError(f"not a Kubernetes quantity: {text!r}")
-    return float(m.group(1)) * QUANTITY_SUFFIXES[m.group(2)]
+    (cores, bytes, devices), read by the Kubernetes client's ``parse_quantity`` (as the
+    ``resource-limits`` check reads them). Raises ValueError for another form, and for blanks
+    inside one (``"1 Gi"``), which ``parse_quantity`` takes and the API server refuses."""
+    try:
+        if " " in str(text).strip():
+            raise ValueError(text)
+        return float(parse_quantity(text))
+    except ValueError:
+        raise ValueError(f"not a Kubernetes quantity: {text!r}") from None
+
+
+def jobs_at_once(fan_out: dict, jobs: int) -> int:
+    """How many of ``jobs`` training jobs the ``train-all`` template ``fan_out`` runs at once:
+    its ``parallelism`` (Argo: unset = all), at most ``jobs``, at least 1."""
+    return max(1, min(int(fan_out.get("parallelism") or jobs), jobs))
 
 
 def job_requests(job) -> dict[str, float]:
@@ -280,7 +289,7 @@ def run_footprint(objs) -> dict | None:
     ]
     if not jobs or not templates:
         return None
-    at_once = min(int(templates[0].get("parallelism") or len(jobs)), len(jobs))
+    at_once = jobs_at_once(templates[0], len(jobs))
     largest = sorted(jobs.values(), key=lambda r: r["cpu"], reverse=True)[:at_once]
     return {"jobs": at_once, "of": len(jobs)} | {
         r: sum(j[r] for j in largest) for r in FOOTPRINT_RESOURCES
@@ -314,18 +323,18 @@ def training_deadline(ctx: Context) -> Iterator[Hit]:
         except (TypeError, ValueError):
             continue  # the schema (an integer) and cli-flags (the trainers' parser) report it
         jobs = [templates.get(t.get("template")) or {} for t in tasks(fan_out)]
-        limits = [retry_limit(t) for t in jobs]
-        rounds = -(-len(jobs) // max(1, int(fan_out.get("parallelism") or len(jobs))))
-        longest = rounds * (max(limits, default=0) + 1) * timeout
-        if jobs and deadline <= longest:
+        if not jobs:
+            continue
+        rounds = -(-len(jobs) // jobs_at_once(fan_out, len(jobs)))
+        attempts = max(retry_limit(t) for t in jobs) + 1
+        longest = rounds * attempts * timeout
+        if deadline <= longest:
             yield (
                 wf,
                 "spec.activeDeadlineSeconds",
-                (
-                    f"{deadline} s ends a run before its training's longest wait for replicas: "
-                    f"{rounds} round(s) of train-all x {max(limits, default=0) + 1} attempt(s) x "
-                    f"collective-timeout {timeout:g} s = {longest:g} s"
-                ),
+                f"{deadline} s ends a run before its training's longest wait for replicas: "
+                f"{rounds} round(s) of train-all x {attempts} attempt(s) x "
+                f"collective-timeout {timeout:g} s = {longest:g} s",
             )
 
 
@@ -338,8 +347,6 @@ def environment_problems(root) -> list[tuple[str, str]]:
     ``spec.arguments.parameters``: ``parallelism``, ``activeDeadlineSeconds``) and that is no
     whole number of at least 1. kustomize's own error ("cannot decode !!str `two` as a !!int")
     names neither the key nor the file."""
-    from pathlib import Path
-
     root = Path(root)
     try:
         component = yaml.safe_load((root / ENVIRONMENT_COMPONENT).read_text()) or {}
