@@ -3,6 +3,7 @@
 # created with kubectl) and optionally wait for it.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+DEADLINE_MARGIN_S=60
 usage() {
   cat <<USAGE
 usage: scripts/submit-pipeline.sh [--wait] [--entrypoint NAME] [-p name=value ...]
@@ -12,7 +13,9 @@ its name. -p overrides a parameter by name (values may contain any character, e.
 'pipeline' (train-all, or train with -p model-type=...; scripts/train.sh uses them; select
 with -p candidates-runs=RUN[,RUN...]: publish the candidates those runs trained).
 --wait: block until the run ends; exit 0 when Succeeded, 1 as soon as it is Failed/Error.
-Env: TIMEOUT (seconds, default 21600), POLL (seconds, default 10).
+Env: TIMEOUT (seconds; default: the live template's activeDeadlineSeconds, the overlay's
+workflow-deadline-seconds, plus ${DEADLINE_MARGIN_S} s for Argo to fail the run at it),
+POLL (seconds, default 10).
 USAGE
 }
 if wants_help "${1:-}"; then usage; exit 0; fi
@@ -30,7 +33,14 @@ while [[ $# -gt 0 ]]; do
     *) usage >&2; die "unknown argument $1" ;;
   esac
 done
-TIMEOUT="$(seconds TIMEOUT "${TIMEOUT:-21600}")"
+if [[ "${WAIT}" == true && -z "${TIMEOUT:-}" ]]; then  # the run's own deadline, read once
+  deadline="$("${KUBECTL}" get workflowtemplate "${PIPELINE}" -n "${NAMESPACE}" \
+    -o 'jsonpath={.spec.activeDeadlineSeconds}')" || die "cannot read workflowtemplate/${PIPELINE}"
+  [[ -n "${deadline}" ]] || die "workflowtemplate/${PIPELINE} has no activeDeadlineSeconds: set TIMEOUT"
+  TIMEOUT=$(( $(seconds activeDeadlineSeconds "${deadline}") + DEADLINE_MARGIN_S ))
+  log "waiting at most ${TIMEOUT} s (the template's activeDeadlineSeconds ${deadline} + ${DEADLINE_MARGIN_S})"
+fi
+TIMEOUT="$(seconds TIMEOUT "${TIMEOUT:-0}")"
 POLL="$(seconds POLL "${POLL:-10}" fraction)"
 [[ -n "${ENTRYPOINT}" ]] || die "--entrypoint needs a template name"
 manifest="$(workflow_json "${ENTRYPOINT}" "${PARAMS[@]+"${PARAMS[@]}"}")"

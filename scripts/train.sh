@@ -16,7 +16,7 @@ other variants run to their end (failFast: false), so the Workflow fails, and th
 -p overrides pipeline parameters by name (e.g. -p epochs=2 -p workers=1).
 SavedModels land under /mnt/shared/candidates/<model-type> on the PVC (run id = Workflow name).
 Needs the ML layer deployed (scripts/deploy.sh <env> or Argo CD) and the dataset ingested
-(one pipeline run). Env: TIMEOUT (seconds, default 21600), POLL (seconds, default 10).
+(one pipeline run). Env: TIMEOUT, POLL: as scripts/submit-pipeline.sh --help says.
 USAGE
 }
 if wants_help "${1:-}"; then usage; exit 0; fi

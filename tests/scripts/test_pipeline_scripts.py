@@ -30,6 +30,9 @@ elif any("status.phase" in a for a in args):
     print(phases[min(n, len(phases) - 1)], end="")
 elif any("status.message" in a for a in args):
     print("child 'train' failed", end="")
+elif any("activeDeadlineSeconds" in a for a in args):
+    (state / "deadline_read").write_text(" ".join(args))
+    print((state / "deadline").read_text(), end="")
 """
 
 
@@ -39,9 +42,13 @@ def fake(tmp_path):
     kubectl.write_text(FAKE.format(python=sys.executable, state=str(tmp_path)))
     kubectl.chmod(0o755)
 
-    def run(script: str, *args: str, phases=("Succeeded",), timeout_s="60"):
+    def run(script: str, *args: str, phases=("Succeeded",), timeout_s="60", deadline="21600"):
         (tmp_path / "phases.json").write_text(json.dumps(list(phases)))
+        (tmp_path / "deadline").write_text(deadline)
+        (tmp_path / "created.json").unlink(missing_ok=True)
         env = {**os.environ, "KUBECTL": str(kubectl), "POLL": "0.05", "TIMEOUT": timeout_s}
+        if timeout_s is None:
+            env.pop("TIMEOUT")
         start = time.monotonic()
         proc = subprocess.run(
             [str(REPO / "scripts" / script), *args],
@@ -105,6 +112,20 @@ def test_wait_succeeds(fake):
 def test_wait_times_out(fake):
     proc, _, _ = fake("submit-pipeline.sh", "--wait", phases=("Running",), timeout_s="0")
     assert proc.returncode == 1 and "still Running" in proc.stderr
+
+
+def test_wait_defaults_to_the_live_templates_deadline(fake, tmp_path):
+    """Without TIMEOUT, --wait waits as long as the run may last: the live WorkflowTemplate's
+    activeDeadlineSeconds (the overlay's workflow-deadline-seconds), plus Argo's margin."""
+    proc, _, _ = fake("submit-pipeline.sh", "--wait", timeout_s=None, deadline="1234")
+    assert proc.returncode == 0, proc.stderr
+    assert "waiting at most 1294 s (the template's activeDeadlineSeconds 1234 + 60)" in proc.stderr
+    assert "workflowtemplate fashion-mnist-pipeline" in (tmp_path / "deadline_read").read_text()
+    proc, wf, _ = fake("submit-pipeline.sh", "--wait", timeout_s=None, deadline="")
+    assert proc.returncode == 1 and wf is None
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "error: workflowtemplate/fashion-mnist-pipeline has no activeDeadlineSeconds: set TIMEOUT"
+    )
 
 
 def test_bad_parameter_is_one_line_error(fake):
