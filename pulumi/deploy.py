@@ -223,6 +223,19 @@ def conflicts(
     return found
 
 
+def adoptable(objects: list[dict], live: list[dict], owned: dict) -> list[dict]:
+    """The kept objects (``program.kept``: git's Delete=false, the PVC with every model version
+    and its Namespace) that are live and not in the stack's state: data an earlier deployment
+    left on purpose (``destroy``, a deleted Argo CD Application). ``up`` adopts them (the
+    provider's server-side apply patches an existing object) instead of refusing them as
+    another tool's; any other object of the overlay that is live still refuses the run."""
+    live_keys = {object_key(o) for o in live}
+    return [
+        o for o in objects
+        if program.kept(o) and object_key(o) in live_keys and object_key(o) not in owned
+    ]  # fmt: skip
+
+
 def missing(objects: list[dict], live: list[dict], owned: dict) -> list[str]:
     """``Kind ns/name`` of the objects the stack's state holds that are not live (deleted out
     of band): Pulumi diffs against its state, so only a refresh sees them gone."""
@@ -385,7 +398,8 @@ def run(args: argparse.Namespace) -> int:
             )
     else:
         live = live_objects(kubectl, kubeconfig, objects)
-        taken = conflicts(objects, live, owned)
+        adopted = adoptable(objects, live, owned)
+        taken = conflicts([o for o in objects if o not in adopted], live, owned)
         if taken:
             raise SetupError(
                 f"{len(taken)} object(s) of overlays/{args.environment} exist and are not this "
@@ -393,6 +407,9 @@ def run(args: argparse.Namespace) -> int:
                 "(kubectl delete -k overlays/<env>, or the Argo CD Application) or keep deploying "
                 "with the tool that owns them"
             )
+        if adopted and args.action == "up":
+            names = ", ".join(f"{k[1]} {k[2]}" for k in map(object_key, adopted))
+            print(f"adopting {names}: kept by an earlier deployment (Delete=false)")
         gone = missing(objects, live, owned)
         if gone and not args.refresh:
             raise SetupError(

@@ -23,6 +23,8 @@ from typing import Any
 import pulumi
 import yaml
 
+from validation.gitops import sync_options
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PROJECT = "fashion-mnist"
 # the Workflow's logical name: Pulumi's provider names the object <this>-<8 random characters>
@@ -92,6 +94,13 @@ class KubeObject(pulumi.CustomResource):
         super().__init__(type_token(obj), name or logical_name(obj), props, opts)
 
 
+def kept(obj: dict) -> bool:
+    """Whether ``destroy`` leaves the object live (Pulumi's ``retainOnDelete``): it carries Argo
+    CD's ``Delete=false`` sync option, as the PVC holding every model version and its Namespace
+    do (base/ml/storage/pvc.yaml), so both tools keep the same objects, named once in git."""
+    return "Delete=false" in sync_options(obj)
+
+
 def training_workflow(
     objects: list[dict], parameters: dict[str, str], submission: str = ""
 ) -> dict:
@@ -132,7 +141,8 @@ def ml_layer(
     training: dict[str, str] | None = None,
     submission: str = "",
 ) -> dict[str, pulumi.Output | str]:
-    """Declare the rendered objects (``render``) and export what the stack offers.
+    """Declare the rendered objects (``render``) and export what the stack offers; ``destroy``
+    leaves the :func:`kept` ones live.
 
     ``training``: parameters of a training run to submit with them (``training_workflow``),
     None for none; a run is replaced (a new one) when its parameters or ``submission`` change.
@@ -140,9 +150,9 @@ def ml_layer(
     (the InferenceService's ``status.url`` when KServe has set it, else ""), and with a run
     ``trainingRun`` (the Workflow's name).
     """
-    opts = pulumi.ResourceOptions(provider=provider)
     made = {}
     for obj in objects:
+        opts = pulumi.ResourceOptions(provider=provider, retain_on_delete=kept(obj))
         made[(obj["kind"], logical_name(obj))] = KubeObject(obj, opts)
     by_kind = {kind: (name, res) for (kind, name), res in made.items()}
     isvc_name, isvc = by_kind["InferenceService"]

@@ -21,6 +21,11 @@ PIPELINE_HEALTH = {"InferenceService"}
 CLAIM = re.compile(r'"claimName": "([^"]*)"|"pvc://([^/"]*)')
 
 
+#: Argo CD's per-object sync options (docs/user-guide/sync-options.md), comma-separated.
+SYNC_OPTIONS = "argocd.argoproj.io/sync-options"
+#: What keeps an object through a pruning sync and the Application's cascade deletion; Pulumi's
+#: program reads Delete=false as retainOnDelete (pulumi/program.py ``kept``).
+KEEP = ("Prune=false", "Delete=false")
 HOOK_WEIGHT = "helm.sh/hook-weight"
 INTEGER = re.compile(r"[+-]?[0-9]+")  # what Go's strconv.Atoi takes
 
@@ -164,3 +169,24 @@ def memoize_cache_drift(ctx: Context) -> Iterator[Hit]:
             msg = f"ConfigMap {cm.namespace}/{cm.name} is a memoize cache the Argo controller"
             msg += " rewrites: ignore its differences (or leave it out of git)"
             yield app, "spec.ignoreDifferences", msg
+
+
+def sync_options(doc: dict) -> set[str]:
+    """The Argo CD sync options an object's annotation sets (``{"Prune=false", ...}``)."""
+    notes = (doc.get("metadata") or {}).get("annotations") or {}
+    return {x.strip() for x in str(notes.get(SYNC_OPTIONS, "")).split(",") if x.strip()}
+
+
+@check("kept-data")
+def kept_data(ctx: Context) -> Iterator[Hit]:
+    """Each PersistentVolumeClaim of ours, and the Namespace it lives in (deleting a namespace
+    deletes its claims), carries Prune=false and Delete=false: every Application here prunes
+    and deletes with the resources finalizer, so without them a rename in git or deleting the
+    Application deletes the dataset and every published model version."""
+    pvcs = [o for o in ctx.kinds("PersistentVolumeClaim") if not o.embedded_in]
+    homes = {o.namespace for o in pvcs}
+    for o in pvcs + [n for n in ctx.kinds("Namespace") if n.name in homes]:
+        if lacking := [k for k in KEEP if k not in sync_options(o.doc)]:
+            what = "its claims' data" if o.kind == "Namespace" else "its data"
+            msg = f"without {', '.join(lacking)} a pruning sync or the Application's deletion"
+            yield o, f"metadata.annotations[{SYNC_OPTIONS}]", f"{msg} deletes {what}"

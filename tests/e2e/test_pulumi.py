@@ -22,6 +22,8 @@ import pytest
 import yaml
 from e2e_kube import REPO_ROOT, one, wait_until
 
+from validation.gitops import sync_options
+
 ENV = "local-k3d"
 COPIED = ("base", "overlays", "pulumi", "scripts", "hack", "versions.env")
 
@@ -113,17 +115,21 @@ def test_objects_of_another_tool_are_a_conflict_and_no_state_is_written(
     tree, env, kubectl, nothing_live
 ):
     """An overlay object already applied by kubectl (deploy.sh's field manager) is named, with
-    its managers, and nothing is taken over: no stack in the state, the object untouched."""
-    ns = one(nothing_live, "Namespace")
+    its managers, and nothing is taken over: no stack in the state, the object untouched. The
+    Namespace applied with it is kept data (Delete=false), which ``up`` would adopt: not named."""
+    ns, template = one(nothing_live, "Namespace"), one(nothing_live, "WorkflowTemplate")
     kubectl("apply", "--server-side", "--field-manager=fashion-mnist-deploy", "-f", "-",
-            input=yaml.safe_dump(ns))  # fmt: skip
+            input=yaml.safe_dump_all([ns, template]))  # fmt: skip
     proc = pulumi_sh(tree, env, "up", ENV)
-    after = live(kubectl, [ns])
-    name = ns["metadata"]["name"]
-    kubectl("delete", "namespace", name, "--timeout=300s", timeout=320)
+    after = live(kubectl, [template])
+    kubectl("delete", "namespace", ns["metadata"]["name"], "--timeout=300s", timeout=320)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert proc.stderr.count("\n") == 1, proc.stderr
-    assert f"Namespace {name} (managed by fashion-mnist-deploy)" in proc.stderr
+    meta = template["metadata"]
+    assert (
+        f"1 object(s) of overlays/{ENV} exist and are not this stack's: WorkflowTemplate "
+        f"{meta['namespace']}/{meta['name']} (managed by fashion-mnist-deploy)." in proc.stderr
+    )
     assert not state_file(env).exists()
     assert managers(after[0]) == {"fashion-mnist-deploy"}
 
@@ -276,9 +282,36 @@ def test_a_cluster_that_does_not_answer_is_one_line(tree, env, nothing_live, tmp
     assert "does not answer" in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
 
 
-def test_destroy_removes_every_object_it_created(tree, env, kubectl, nothing_live):
+def test_destroy_removes_every_object_it_created_but_the_kept_volume(
+    tree, env, kubectl, nothing_live
+):
+    """``destroy`` deletes every object of the stack but those git marks Delete=false (the PVC
+    holding every model version and its Namespace: pulumi/program.py ``kept``), which stay
+    live, the same objects (uids), and leave the state; the module's end deletes them on
+    purpose, as docs/gitops.md says."""
+    kept = [o for o in nothing_live if "Delete=false" in sync_options(o)]
+    assert {o["kind"] for o in kept} == {"Namespace", "PersistentVolumeClaim"}
+    uids = {o["metadata"]["uid"] for o in live(kubectl, kept)}
+    assert len(uids) == 2
     assert summary(pulumi_sh(tree, env, "destroy", ENV), "destroy") == {
         "delete": len(nothing_live) + 2
     }
-    wait_until(lambda: not live(kubectl, nothing_live), timeout=300,
-               what="every object of the overlay gone")  # fmt: skip
+    others = [o for o in nothing_live if o not in kept]
+    wait_until(lambda: not live(kubectl, others), timeout=300,
+               what="every object of the overlay but the kept ones gone")  # fmt: skip
+    assert {o["metadata"]["uid"] for o in live(kubectl, kept)} == uids
+
+
+def test_an_up_after_destroy_adopts_the_kept_volume(tree, env, kubectl, nothing_live):
+    """The next ``up`` adopts the Namespace and PVC the destroy kept (the same objects, their
+    data with them) instead of refusing them as another tool's, and creates the rest."""
+    kept = [o for o in nothing_live if "Delete=false" in sync_options(o)]
+    uids = {o["metadata"]["uid"] for o in live(kubectl, kept)}
+    assert len(uids) == 2, "run after the destroy test, which keeps them"
+    proc = pulumi_sh(tree, env, "up", ENV)
+    assert summary(proc, "up") == {"create": len(nothing_live) + 2}
+    assert "adopting Namespace " in proc.stdout and " PersistentVolumeClaim " in proc.stdout
+    assert {o["metadata"]["uid"] for o in live(kubectl, kept)} == uids
+    assert (
+        summary(pulumi_sh(tree, env, "destroy", ENV), "destroy")["delete"] == len(nothing_live) + 2
+    )

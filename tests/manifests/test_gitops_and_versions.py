@@ -202,3 +202,35 @@ def test_a_version_without_a_mirror_file_is_a_config_error(broken):
     )
     with pytest.raises(FileNotFoundError, match="training-operator-v1.9.3-standalone.yaml"):
         broken.check("base/platform/training-operator")
+
+
+SYNC_OPTIONS = "argocd.argoproj.io/sync-options"
+
+
+@pytest.mark.parametrize(
+    ("rel", "options", "lacking"),
+    [
+        (PVC, "Delete=false", "Prune=false"),
+        (PVC, "Prune=false", "Delete=false"),
+        ("base/ml/namespace.yaml", "Prune=false", "Delete=false"),
+        ("base/ml/namespace.yaml", None, "Prune=false, Delete=false"),
+    ],
+    ids=["pvc-pruned", "pvc-deleted", "namespace-deleted", "namespace-none"],
+)
+def test_the_volume_and_its_namespace_are_kept_by_every_sync_and_deletion(
+    broken, rel, options, lacking
+):
+    """The PVC and the Namespace holding it carry Prune=false,Delete=false; either one missing
+    is a finding on that object, in both overlays and base/ml."""
+    assert not [f for f in broken.check("overlays/local-k3d") if f.check == "kept-data"]
+
+    def edit(d: dict) -> None:
+        notes = d["metadata"]["annotations"]
+        notes.pop(SYNC_OPTIONS) if options is None else notes.update({SYNC_OPTIONS: options})
+
+    broken.edit(rel, edit)
+    kusts = ("base/ml", "overlays/local-k3d", "overlays/gpu-cloud")
+    hits = only(broken.check(*kusts), "kept-data")
+    assert {f.kustomization for f in hits} == set(kusts)
+    assert all(f.file == rel and f.field == f"metadata.annotations[{SYNC_OPTIONS}]" for f in hits)
+    assert all(f"without {lacking} " in f.message for f in hits), hits[0].message

@@ -33,7 +33,7 @@ TOPICS = {
     },
     "cli_paths": {"cli-flags", "paths", "model-types"},
     "pods": {"resources", "resource-limits", "security-context", "image-tag", "probes"},
-    "gitops": {"sync-waves", "wave-health", "argocd-drift"},
+    "gitops": {"sync-waves", "wave-health", "argocd-drift", "kept-data"},
     "core": {"exemption"},
 }
 

@@ -115,7 +115,7 @@ def test_a_cluster_that_does_not_answer_is_one_line(tmp_path):
 
 
 def _obj(kind: str, name: str, ns: str = "fashion-mnist", managers=(), uid="", api="") -> dict:
-    api = api or {"Namespace": "v1", "InferenceService": "serving.kserve.io/v1beta1"}[kind]
+    api = api or {"InferenceService": "serving.kserve.io/v1beta1"}.get(kind, "v1")
     meta = {"name": name, **({"namespace": ns} if kind != "Namespace" else {})}
     if managers:
         meta["managedFields"] = [{"manager": m, "operation": "Apply"} for m in managers]
@@ -156,6 +156,24 @@ def test_live_objects_outside_the_stack_are_a_conflict_naming_their_managers():
     # the overlay moving an object to another version of its group keeps it the stack's
     moved = [_obj("InferenceService", "fashion-mnist", api="serving.kserve.io/v1")]
     assert deploy.conflicts(moved, live[1:], owned) == []
+
+
+def test_kept_data_left_by_an_earlier_deployment_is_adopted_and_nothing_else():
+    """A live Namespace and PVC marked Delete=false (a destroyed stack's, a deleted Argo CD
+    Application's) that the state lacks are adopted; an unmarked live object is not."""
+    keep = {"argocd.argoproj.io/sync-options": "Prune=false,Delete=false"}
+    ns, pvc, isvc = (_obj("Namespace", "fashion-mnist"), _obj("PersistentVolumeClaim", "data"),
+                     _obj("InferenceService", "fashion-mnist"))  # fmt: skip
+    for o in (ns, pvc):
+        o["metadata"]["annotations"] = keep
+    live = [_obj(o["kind"], o["metadata"]["name"], managers=["argocd-controller"], uid="u")
+            for o in (ns, pvc, isvc)]  # fmt: skip
+    assert deploy.adoptable([ns, pvc, isvc], live, {}) == [ns, pvc]
+    assert deploy.adoptable([ns, pvc, isvc], live[2:], {}) == []  # not live: created
+    owned = deploy.owned_in_state(STATE)  # the stack's own Namespace is not adopted again
+    assert deploy.adoptable([ns, pvc, isvc], live, owned) == [pvc]
+    pvc["metadata"]["annotations"] = {"argocd.argoproj.io/sync-options": "Prune=false"}
+    assert deploy.adoptable([ns, pvc, isvc], live, {}) == [ns]
 
 
 def test_an_object_recreated_by_another_tool_or_deleted_out_of_band_is_not_the_stacks():

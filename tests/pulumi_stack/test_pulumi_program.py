@@ -103,6 +103,28 @@ def test_the_exports_name_the_serving_and_training_objects(recorder, rendered):
     }
 
 
+def test_destroy_keeps_the_volume_and_its_namespace_as_argo_cd_does(
+    recorder, rendered, monkeypatch
+):
+    """``retainOnDelete`` on exactly the objects git marks Delete=false for Argo CD: the PVC
+    with every model version and its Namespace; every other object goes with ``destroy``."""
+    _, objects = rendered
+    retained: dict[tuple[str, str], bool] = {}
+    real = program.KubeObject
+
+    def spy(obj, opts=None, name=""):
+        retained[(obj["kind"], program.logical_name(obj))] = bool(opts and opts.retain_on_delete)
+        return real(obj, opts, name)
+
+    monkeypatch.setattr(program, "KubeObject", spy)
+    run(objects)
+    assert len(retained) == len(objects)
+    stateful = {(o["kind"], program.logical_name(o)) for o in objects
+                if o["kind"] in ("Namespace", "PersistentVolumeClaim")}  # fmt: skip
+    assert len(stateful) == 2
+    assert {k for k, v in retained.items() if v} == stateful
+
+
 def test_a_training_run_is_a_workflow_of_the_pipeline_after_the_layer(recorder):
     objects = program.render("local-k3d", KUBECTL)
     provider = pulumi.ProviderResource("kubernetes", "cluster", {})
