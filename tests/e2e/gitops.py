@@ -21,6 +21,7 @@ commits of the e2e's own, then the user's first step:
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -143,7 +144,9 @@ def state(application: dict) -> tuple[str, str, str]:
 
 
 def describe(kubectl: Kubectl) -> str:
-    """One line per Application: name, sync, health, revision, operation phase, conditions."""
+    """One line per Application: name, sync, health, revision, operation phase, conditions;
+    for an operation that is not Succeeded, the revision it syncs, its retry count and start,
+    and each resource of its result that is not Synced (kind/name: status, message)."""
     items = kubectl.json("get", "applications.argoproj.io", "-n", "argocd")["items"]
     lines = []
     for a in items:
@@ -154,6 +157,17 @@ def describe(kubectl: Kubectl) -> str:
             f"{a['metadata']['name']}: {state(a)[:2]} rev={state(a)[2][:8]} "
             f"op={op.get('phase')} {op.get('message', '')[:300]!r} {conds}"
         )
+        if op and op.get("phase") != "Succeeded":
+            sync = (op.get("operation") or {}).get("sync") or {}
+            failed = [
+                f"{r.get('kind')}/{r.get('name')}: {r.get('status')} {r.get('message', '')[:200]}"
+                for r in (op.get("syncResult") or {}).get("resources") or []
+                if r.get("status") != "Synced"
+            ]
+            lines.append(
+                f"  operation: revision={str(sync.get('revision'))[:8]} "
+                f"retryCount={op.get('retryCount', 0)} startedAt={op.get('startedAt')} {failed}"
+            )
     return "\n".join(lines)
 
 
@@ -170,4 +184,50 @@ def wait_synced(kubectl: Kubectl, name: str, revision: str, timeout: float) -> f
         time.sleep(0.5)
     raise AssertionError(
         f"{name} not Synced at {revision[:8]} in {timeout:.0f}s:\n{describe(kubectl)}"
+    )
+
+
+def comparison_error(application: dict) -> str:
+    """The message of an Application's ComparisonError condition ('' when it has none)."""
+    conds = (application.get("status") or {}).get("conditions") or []
+    return next((c.get("message", "") for c in conds if c["type"] == "ComparisonError"), "")
+
+
+def resource_version(kubectl: Kubectl, name: str) -> str:
+    """Application ``name``'s metadata.resourceVersion now (where :func:`watch_app` starts)."""
+    return app(kubectl, name)["metadata"]["resourceVersion"]
+
+
+def watch_app(kubectl: Kubectl, name: str, since: str, predicate, timeout: float) -> dict:
+    """The first state of Application ``name`` written after resourceVersion ``since`` for which
+    ``predicate(application)`` is truthy, read from the API server's watch (``GET ...?watch=1``),
+    so a status that Argo CD replaces at its next reconciliation is seen too: a refused
+    server-side diff's ComparisonError lasts only until the controller next compares from its
+    diff cache (Argo CD v3.5.1 controller/state.go ``useDiffCache``: with ServerSideDiff the
+    cache is used even after the soft expiry, and a failed comparison cached every resource as
+    unmodified). AssertionError naming the states seen after ``timeout`` seconds."""
+    path = (
+        f"/apis/argoproj.io/v1alpha1/namespaces/argocd/applications?watch=1"
+        f"&fieldSelector=metadata.name%3D{name}&resourceVersion={since}"
+        f"&timeoutSeconds={int(timeout)}"
+    )
+    cmd = [kubectl.binary, "--kubeconfig", str(kubectl.kubeconfig), "get", "--raw", path]
+    seen: list[str] = []
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
+        try:
+            for line in proc.stdout:
+                event = json.loads(line)
+                if event.get("type") == "ERROR":
+                    raise AssertionError(f"watch of {name} since {since}: {event}")
+                obj = event["object"]
+                if predicate(obj):
+                    return obj
+                sync, health, rev = state(obj)
+                seen.append(f"{sync}/{health}@{rev[:8]} {comparison_error(obj)[:120]!r}")
+        finally:
+            proc.kill()
+        err = proc.stderr.read()
+    raise AssertionError(
+        f"no state of {name} after resourceVersion {since} matched in {timeout:.0f}s; seen: "
+        f"{seen[-10:]}; kubectl: {err.strip()[-500:]}"
     )

@@ -175,9 +175,24 @@ def setup(platform, kubectl: Kubectl, kubeconfig: Path, overlay, tmp_path_factor
         if log_dir:
             (Path(log_dir) / "logs").mkdir(parents=True, exist_ok=True)
             (Path(log_dir) / "logs" / "gitops-measured.json").write_text(json.dumps(MEASURED))
+            _keep_argocd_logs(kubectl, Path(log_dir) / "logs" / "argocd")
         print(f"\ngitops measured: {MEASURED}")
         _teardown(kubectl)
         server.stop()
+
+
+def _keep_argocd_logs(kubectl: Kubectl, into: Path) -> None:
+    """Argo CD's logs before the teardown deletes its pods (and the kubelet their logs), next to
+    the cluster's (scripts/e2e-cluster.sh keep_logs): one file per workload, kept as far as
+    ``kubectl logs`` answers."""
+    into.mkdir(parents=True, exist_ok=True)
+    for workload in (
+        "statefulset/argocd-application-controller",
+        "deployment/argocd-repo-server",
+        "deployment/argocd-server",
+    ):
+        proc = kubectl.run("logs", "-n", "argocd", workload, "--all-containers", "--tail=-1")
+        (into / f"{workload.split('/')[1]}.log").write_text(proc.stdout + proc.stderr)
 
 
 def _load_balancer_address(kubectl: Kubectl) -> None:
@@ -383,21 +398,21 @@ def test_a_broken_push_is_reported_and_the_cluster_keeps_its_last_good_state(
         good.replace("  - environment.yaml\n", "  - environment.yaml\n  - missing.yaml\n")
     )
     _edit_environment(setup.user, "workers", "5")
+    since = gitops.resource_version(kubectl, ML_APP)
     rev, out, _ = _push_change(setup, "broken: a resource that does not exist")
     assert "webhook refs/heads/main: 200" in out, out
-
-    def error() -> str:
-        conds = (gitops.app(kubectl, ML_APP).get("status") or {}).get("conditions") or []
-        return next((c["message"] for c in conds if c["type"] == "ComparisonError"), "")
-
-    msg = wait_until(error, timeout=RECONCILIATION_S * 2, what="the ML app's ComparisonError")
+    msg = gitops.comparison_error(
+        gitops.watch_app(
+            kubectl, ML_APP, since, gitops.comparison_error, timeout=RECONCILIATION_S * 2
+        )
+    )
     assert "missing.yaml" in msg, msg
     assert _live_param(kubectl, "workers") == before  # the last good state
     kfile.write_text(good)
     rev, _, _ = _push_change(setup, "fix the kustomization")
-    gitops.wait_synced(kubectl, ML_APP, rev, timeout=RECONCILIATION_S * 2)
+    gitops.wait_synced(kubectl, ML_APP, rev, timeout=RECONCILIATION_S * 3)
     wait_until(lambda: _live_param(kubectl, "workers") == "5", timeout=30, what="workers=5 live")
-    assert not error()
+    assert not gitops.comparison_error(gitops.app(kubectl, ML_APP))
 
 
 def _ml_kustomization(setup: GitOps) -> Path:
@@ -516,11 +531,6 @@ def _autoscaler_logged(kubectl: Kubectl, value: str, since: str) -> bool:
     )
 
 
-def _comparison_error(kubectl: Kubectl, app_name: str) -> str:
-    conds = (gitops.app(kubectl, app_name).get("status") or {}).get("conditions") or []
-    return next((c["message"] for c in conds if c["type"] == "ComparisonError"), "")
-
-
 def test_a_pushed_knative_setting_reaches_the_autoscaler_and_a_live_edit_is_reverted(
     setup: GitOps, kubectl: Kubectl
 ):
@@ -560,11 +570,12 @@ def test_a_pushed_knative_setting_reaches_the_autoscaler_and_a_live_edit_is_reve
     )
     MEASURED["knative_self_heal_s"] = round(time.monotonic() - t0, 1)
 
+    since = gitops.resource_version(kubectl, KNATIVE_APP)
     _push_autoscaler(setup, {SETTING: REFUSED}, "Knative: a max-scale-up-rate its webhook refuses")
-    msg = wait_until(
-        lambda: _comparison_error(kubectl, KNATIVE_APP),
-        timeout=RECONCILIATION_S * 3,
-        what="the refused value's ComparisonError",
+    msg = gitops.comparison_error(
+        gitops.watch_app(
+            kubectl, KNATIVE_APP, since, gitops.comparison_error, timeout=RECONCILIATION_S * 3
+        )
     )
     print(f"\nrefused setting: {msg}")
     assert SETTING in msg and "denied" in msg, msg
@@ -583,7 +594,7 @@ def test_a_pushed_knative_setting_reaches_the_autoscaler_and_a_live_edit_is_reve
     assert {k: live.get(k) for k in kept if k != SETTING} == {
         k: v for k, v in kept.items() if k != SETTING
     }
-    assert not _comparison_error(kubectl, KNATIVE_APP)
+    assert not gitops.comparison_error(gitops.app(kubectl, KNATIVE_APP))
     wait_until(
         lambda: _autoscaler_logged(kubectl, "1000", since),
         timeout=60,
@@ -724,6 +735,83 @@ def test_the_published_version_is_served_and_the_ml_app_is_healthy(
     isvc = kubectl.json("get", "inferenceservice", "fashion-mnist", "-n", ML_NAMESPACE)
     print(f"\nat zero pods: modelStatus {isvc['status'].get('modelStatus')}")
     assert gitops.state(gitops.app(kubectl, ML_APP))[1] == "Healthy", gitops.describe(kubectl)
+
+
+# --- the data outlives any sync and the Application: the volume with every model version -----
+
+PVC_FILE = Path("base/ml/storage/pvc.yaml")
+
+
+def _uid(kubectl: Kubectl, kind: str, name: str, ns: str | None = None) -> str:
+    """The live object's uid ('' when it does not exist)."""
+    where = ["-n", ns] if ns else []
+    proc = kubectl.run("get", kind, name, *where, "-o", "jsonpath={.metadata.uid}")
+    return proc.stdout.strip() if proc.returncode == 0 else ""
+
+
+def _versions(ns: str) -> list[str]:
+    """The model versions published on namespace ``ns``'s volume (its host directory)."""
+    models = real_node.volume_root(ns) / "models" / "fashion-mnist"
+    return sorted(p.name for p in models.iterdir()) if models.is_dir() else []
+
+
+def test_a_push_that_renames_the_volume_keeps_the_old_one_and_the_app_synced(
+    loop: dict, setup: GitOps, kubectl: Kubectl, overlay
+):
+    """A push renaming the PVC in git creates the new one and prunes nothing (the PVC's
+    Prune=false): the old PVC, its uid and every version on it stay, and the ML app reads Synced
+    (IgnoreExtraneous: a kept object git no longer holds does not count); pushed back, the old
+    name is git's again. The claim git held for a while is left too, as Prune=false says:
+    deleted here on purpose."""
+    old = one(overlay, "PersistentVolumeClaim")["metadata"]["name"]
+    new = f"{old}-renamed"
+    uid, versions = _uid(kubectl, "pvc", old, ML_NAMESPACE), _versions(ML_NAMESPACE)
+    assert uid and versions, (uid, versions)
+    path = setup.user / PVC_FILE
+    text = path.read_text()
+    path.write_text(text.replace(f"  name: {old}\n", f"  name: {new}\n"))
+    rev, _, _ = _push_change(setup, "rename the volume")
+    gitops.wait_synced(kubectl, ML_APP, rev, timeout=RECONCILIATION_S * 3)
+    wait_until(lambda: _uid(kubectl, "pvc", new, ML_NAMESPACE), timeout=30, what=f"PVC {new}")
+    assert _uid(kubectl, "pvc", old, ML_NAMESPACE) == uid
+    assert _versions(ML_NAMESPACE) == versions
+    path.write_text(text)
+    rev, _, _ = _push_change(setup, "the volume's name back")
+    gitops.wait_synced(kubectl, ML_APP, rev, timeout=RECONCILIATION_S * 3)
+    assert _uid(kubectl, "pvc", old, ML_NAMESPACE) == uid
+    assert _uid(kubectl, "pvc", new, ML_NAMESPACE)  # Prune=false: left, not pruned
+    kubectl("delete", "pvc", new, "-n", ML_NAMESPACE, "--timeout=60s", timeout=70)
+
+
+def test_deleting_the_ml_app_with_cascade_keeps_the_volume_and_every_version(
+    loop: dict, setup: GitOps, kubectl: Kubectl, overlay
+):
+    """Deleting the ML Application deletes what it synced (its resources finalizer) but the
+    Namespace and the PVC that git marks Delete=false: the same objects (uids), every
+    published version on the volume. The root Application re-creates the ML app from git,
+    which adopts them and syncs the rest again (a new WorkflowTemplate: the cascade ran)."""
+    pvc = one(overlay, "PersistentVolumeClaim")["metadata"]["name"]
+    template = one(overlay, "WorkflowTemplate")["metadata"]["name"]
+    kept = {"namespace": _uid(kubectl, "namespace", ML_NAMESPACE),
+            "pvc": _uid(kubectl, "pvc", pvc, ML_NAMESPACE)}  # fmt: skip
+    template_uid, versions = (
+        _uid(kubectl, "workflowtemplate", template, ML_NAMESPACE),
+        _versions(ML_NAMESPACE),
+    )
+    rev = gitops.state(gitops.app(kubectl, ML_APP))[2]
+    assert all(kept.values()) and template_uid and versions
+    t0 = time.monotonic()
+    # kubectl waits until this uid is gone: the finalizer's cascade is done
+    kubectl("delete", "applications.argoproj.io", ML_APP, "-n", "argocd", "--timeout=300s",
+            timeout=320)  # fmt: skip
+    gitops.wait_synced(kubectl, ML_APP, rev, timeout=RECONCILIATION_S * 6)
+    MEASURED["ml_app_deleted_to_synced_again_s"] = round(time.monotonic() - t0, 1)
+    wait_until(lambda: _uid(kubectl, "workflowtemplate", template, ML_NAMESPACE), timeout=30,
+               what="the WorkflowTemplate synced again")  # fmt: skip
+    assert _uid(kubectl, "workflowtemplate", template, ML_NAMESPACE) != template_uid
+    assert {"namespace": _uid(kubectl, "namespace", ML_NAMESPACE),
+            "pvc": _uid(kubectl, "pvc", pvc, ML_NAMESPACE)} == kept  # fmt: skip
+    assert _versions(ML_NAMESPACE) == versions
 
 
 # --- the Applications against the API server ----------------------------------------------
