@@ -23,7 +23,7 @@ from typing import Any
 import pulumi
 import yaml
 
-from validation.gitops import sync_options
+from validation.gitops import sync_option
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PROJECT = "fashion-mnist"
@@ -98,7 +98,7 @@ def kept(obj: dict) -> bool:
     """Whether ``destroy`` leaves the object live (Pulumi's ``retainOnDelete``): it carries Argo
     CD's ``Delete=false`` sync option, as the PVC holding every model version and its Namespace
     do (base/ml/storage/pvc.yaml), so both tools keep the same objects, named once in git."""
-    return "Delete=false" in sync_options(obj)
+    return sync_option(obj, "Delete") == "false"
 
 
 def training_workflow(

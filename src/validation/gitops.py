@@ -21,11 +21,20 @@ PIPELINE_HEALTH = {"InferenceService"}
 CLAIM = re.compile(r'"claimName": "([^"]*)"|"pvc://([^/"]*)')
 
 
-#: Argo CD's per-object sync options (docs/user-guide/sync-options.md), comma-separated.
+#: Argo CD's per-object sync and compare options (docs/user-guide/sync-options.md,
+#: compare-options.md), comma-separated.
 SYNC_OPTIONS = "argocd.argoproj.io/sync-options"
-#: What keeps an object through a pruning sync and the Application's cascade deletion; Pulumi's
-#: program reads Delete=false as retainOnDelete (pulumi/program.py ``kept``).
-KEEP = ("Prune=false", "Delete=false")
+COMPARE_OPTIONS = "argocd.argoproj.io/compare-options"
+#: What keeps an object through a pruning sync and the Application's cascade deletion, each
+#: option with the value Argo CD must read and what happens without it; Pulumi's program reads
+#: Delete=false as retainOnDelete (pulumi/program.py ``kept``).
+KEEP = {
+    "Prune": ("false", "a sync after a rename or removal in git prunes it, deleting"),
+    "Delete": ("false", "deleting the Application deletes"),
+}
+#: What Go's strings.TrimSpace removes (gitops-engine trims each option with it), as far as a
+#: Kubernetes annotation can hold: Python's str.strip() would remove more (U+001C-U+001F).
+_GO_SPACE = " \t\n\v\f\r\x85\xa0"
 HOOK_WEIGHT = "helm.sh/hook-weight"
 INTEGER = re.compile(r"[+-]?[0-9]+")  # what Go's strconv.Atoi takes
 
@@ -171,22 +180,52 @@ def memoize_cache_drift(ctx: Context) -> Iterator[Hit]:
             yield app, "spec.ignoreDifferences", msg
 
 
-def sync_options(doc: dict) -> set[str]:
-    """The Argo CD sync options an object's annotation sets (``{"Prune=false", ...}``)."""
+def annotation_options(doc: dict, annotation: str) -> list[str]:
+    """The comma-separated options of an Argo CD annotation of ``doc``, each trimmed, empty ones
+    and repeats dropped, in order: gitops-engine's ``resource.GetAnnotationCSVs``."""
     notes = (doc.get("metadata") or {}).get("annotations") or {}
-    return {x.strip() for x in str(notes.get(SYNC_OPTIONS, "")).split(",") if x.strip()}
+    items = (x.strip(_GO_SPACE) for x in str(notes.get(annotation, "")).split(","))
+    return list(dict.fromkeys(x for x in items if x))
+
+
+def sync_option(doc: dict, name: str) -> str | None:
+    """The value Argo CD reads for sync option ``name`` (``"Delete"`` -> ``"false"``): the first
+    ``name=value`` item, as gitops-engine's ``resource.GetAnnotationOptionValue`` (so
+    ``Delete=true,Delete=false`` reads ``true``); None when the object sets none."""
+    prefix = f"{name}="
+    return next(
+        (x.removeprefix(prefix) for x in annotation_options(doc, SYNC_OPTIONS)
+         if x.startswith(prefix)),
+        None,
+    )  # fmt: skip
 
 
 @check("kept-data")
 def kept_data(ctx: Context) -> Iterator[Hit]:
     """Each PersistentVolumeClaim of ours, and the Namespace it lives in (deleting a namespace
-    deletes its claims), carries Prune=false and Delete=false: every Application here prunes
-    and deletes with the resources finalizer, so without them a rename in git or deleting the
-    Application deletes the dataset and every published model version."""
+    deletes its claims), carries Prune=false and Delete=false as Argo CD reads them (the first
+    value of each: :func:`sync_option`) and the compare option IgnoreExtraneous: every
+    Application here prunes and deletes with the resources finalizer, so without them a rename
+    in git or deleting the Application deletes the dataset and every published model version,
+    and a claim kept after a rename leaves the Application OutOfSync. Not seen: claims that a
+    StatefulSet's volumeClaimTemplates or a Workflow step create (none here)."""
     pvcs = [o for o in ctx.kinds("PersistentVolumeClaim") if not o.embedded_in]
     homes = {o.namespace for o in pvcs}
     for o in pvcs + [n for n in ctx.kinds("Namespace") if n.name in homes]:
-        if lacking := [k for k in KEEP if k not in sync_options(o.doc)]:
-            what = "its claims' data" if o.kind == "Namespace" else "its data"
-            msg = f"without {', '.join(lacking)} a pruning sync or the Application's deletion"
-            yield o, f"metadata.annotations[{SYNC_OPTIONS}]", f"{msg} deletes {what}"
+        what = "its claims' data" if o.kind == "Namespace" else "its data"
+        for name, (value, without) in KEEP.items():
+            got = sync_option(o.doc, name)
+            if got != value:
+                reads = f" (Argo CD reads {name}={got}: the first)" if got is not None else ""
+                yield (
+                    o,
+                    f"metadata.annotations[{SYNC_OPTIONS}]",
+                    f"without {name}={value}{reads} {without} {what}",
+                )
+        if "IgnoreExtraneous" not in annotation_options(o.doc, COMPARE_OPTIONS):
+            yield (
+                o,
+                f"metadata.annotations[{COMPARE_OPTIONS}]",
+                "without IgnoreExtraneous the object kept after a rename or removal in git "
+                "leaves the Application OutOfSync",
+            )

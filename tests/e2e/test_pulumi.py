@@ -22,7 +22,7 @@ import pytest
 import yaml
 from e2e_kube import REPO_ROOT, one, wait_until
 
-from validation.gitops import sync_options
+from validation.gitops import sync_option
 
 ENV = "local-k3d"
 COPIED = ("base", "overlays", "pulumi", "scripts", "hack", "versions.env")
@@ -289,7 +289,7 @@ def test_destroy_removes_every_object_it_created_but_the_kept_volume(
     holding every model version and its Namespace: pulumi/program.py ``kept``), which stay
     live, the same objects (uids), and leave the state; the module's end deletes them on
     purpose, as docs/gitops.md says."""
-    kept = [o for o in nothing_live if "Delete=false" in sync_options(o)]
+    kept = [o for o in nothing_live if sync_option(o, "Delete") == "false"]
     assert {o["kind"] for o in kept} == {"Namespace", "PersistentVolumeClaim"}
     uids = {o["metadata"]["uid"] for o in live(kubectl, kept)}
     assert len(uids) == 2
@@ -305,7 +305,7 @@ def test_destroy_removes_every_object_it_created_but_the_kept_volume(
 def test_an_up_after_destroy_adopts_the_kept_volume(tree, env, kubectl, nothing_live):
     """The next ``up`` adopts the Namespace and PVC the destroy kept (the same objects, their
     data with them) instead of refusing them as another tool's, and creates the rest."""
-    kept = [o for o in nothing_live if "Delete=false" in sync_options(o)]
+    kept = [o for o in nothing_live if sync_option(o, "Delete") == "false"]
     uids = {o["metadata"]["uid"] for o in live(kubectl, kept)}
     assert len(uids) == 2, "run after the destroy test, which keeps them"
     proc = pulumi_sh(tree, env, "up", ENV)

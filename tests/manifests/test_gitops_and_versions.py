@@ -205,32 +205,40 @@ def test_a_version_without_a_mirror_file_is_a_config_error(broken):
 
 
 SYNC_OPTIONS = "argocd.argoproj.io/sync-options"
+COMPARE_OPTIONS = "argocd.argoproj.io/compare-options"
 
 
 @pytest.mark.parametrize(
-    ("rel", "options", "lacking"),
+    ("rel", "annotation", "value", "lacking"),
     [
-        (PVC, "Delete=false", "Prune=false"),
-        (PVC, "Prune=false", "Delete=false"),
-        ("base/ml/namespace.yaml", "Prune=false", "Delete=false"),
-        ("base/ml/namespace.yaml", None, "Prune=false, Delete=false"),
+        (PVC, SYNC_OPTIONS, "Delete=false", ["Prune=false"]),
+        (PVC, SYNC_OPTIONS, " Prune=false , Delete=true", ["Delete=false"]),
+        # Argo CD reads the first value of an option (GetAnnotationOptionValue)
+        (PVC, SYNC_OPTIONS, "Prune=true,Prune=false,Delete=false", ["Prune=false"]),
+        (PVC, SYNC_OPTIONS, "prune=false,Delete=false", ["Prune=false"]),  # case-sensitive
+        (PVC, COMPARE_OPTIONS, "IgnoreDifferences", ["IgnoreExtraneous"]),
+        ("base/ml/namespace.yaml", SYNC_OPTIONS, "Prune=false", ["Delete=false"]),
+        ("base/ml/namespace.yaml", SYNC_OPTIONS, None, ["Prune=false", "Delete=false"]),
+        ("base/ml/namespace.yaml", COMPARE_OPTIONS, None, ["IgnoreExtraneous"]),
     ],
-    ids=["pvc-pruned", "pvc-deleted", "namespace-deleted", "namespace-none"],
-)
+    ids=["pvc-pruned", "pvc-deleted", "pvc-first-value", "pvc-case", "pvc-extraneous",
+         "namespace-deleted", "namespace-none", "namespace-extraneous"],
+)  # fmt: skip
 def test_the_volume_and_its_namespace_are_kept_by_every_sync_and_deletion(
-    broken, rel, options, lacking
+    broken, rel, annotation, value, lacking
 ):
-    """The PVC and the Namespace holding it carry Prune=false,Delete=false; either one missing
-    is a finding on that object, in both overlays and base/ml."""
+    """The PVC and the Namespace holding it carry Prune=false,Delete=false (as Argo CD reads
+    them: the first value, exact case) and IgnoreExtraneous; each one missing is a finding on
+    that object and annotation, in both overlays and base/ml; the spacing Argo CD trims is not."""
     assert not [f for f in broken.check("overlays/local-k3d") if f.check == "kept-data"]
 
     def edit(d: dict) -> None:
         notes = d["metadata"]["annotations"]
-        notes.pop(SYNC_OPTIONS) if options is None else notes.update({SYNC_OPTIONS: options})
+        notes.pop(annotation) if value is None else notes.update({annotation: value})
 
     broken.edit(rel, edit)
     kusts = ("base/ml", "overlays/local-k3d", "overlays/gpu-cloud")
     hits = only(broken.check(*kusts), "kept-data")
     assert {f.kustomization for f in hits} == set(kusts)
-    assert all(f.file == rel and f.field == f"metadata.annotations[{SYNC_OPTIONS}]" for f in hits)
-    assert all(f"without {lacking} " in f.message for f in hits), hits[0].message
+    assert all(f.file == rel and f.field == f"metadata.annotations[{annotation}]" for f in hits)
+    assert sorted({f.message.split()[1] for f in hits}) == sorted(lacking), hits[0].message
