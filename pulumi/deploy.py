@@ -33,6 +33,7 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import program
@@ -167,17 +168,35 @@ def object_key(obj: dict) -> tuple[str, str, str]:
     return group, obj["kind"], program.logical_name(obj)
 
 
-def owned_in_state(deployment: dict) -> dict[tuple[str, str, str], str]:
-    """The Kubernetes objects a stack's exported state holds: ``object_key`` -> the uid of the
-    object it created (``""`` when the state has none)."""
-    owned = {}
+def _state_resources(deployment: dict) -> Iterator[tuple[tuple[str, str, str], dict]]:
+    """(``object_key``, resource) of each Kubernetes object in a stack's exported state."""
     for r in deployment.get("resources") or []:
         if not r["type"].startswith("kubernetes:") or r["type"] in STACK_TYPES:
             continue
         _, group_version, kind = r["type"].split(":")
-        meta = (r.get("outputs") or {}).get("metadata") or {}
-        owned[(group_version.rpartition("/")[0], kind, r.get("id", ""))] = meta.get("uid", "")
-    return owned
+        yield (group_version.rpartition("/")[0], kind, r.get("id", "")), r
+
+
+def owned_in_state(deployment: dict) -> dict[tuple[str, str, str], str]:
+    """The Kubernetes objects a stack's exported state holds: ``object_key`` -> the uid of the
+    object it created (``""`` when the state has none)."""
+    return {
+        key: ((r.get("outputs") or {}).get("metadata") or {}).get("uid", "")
+        for key, r in _state_resources(deployment)
+    }
+
+
+def unretained(objects: list[dict], deployment: dict) -> list[str]:
+    """``Kind ns/name`` of each object git keeps (``program.kept``) whose entry in the stack's
+    state has no ``retainOnDelete``: ``destroy`` reads that from the state, not from the program
+    (it runs no program: the CLI's ``--run-program`` is off, and the engine's delete step skips
+    only ``old.RetainOnDelete``), so a stack last updated before git kept it would delete it."""
+    kept = {object_key(o) for o in objects if program.kept(o)}
+    return [
+        f"{key[1]} {key[2]}"
+        for key, r in _state_resources(deployment)
+        if key in kept and not r.get("retainOnDelete")
+    ]
 
 
 def state_objects(deployment: dict) -> list[dict]:
@@ -223,17 +242,55 @@ def conflicts(
     return found
 
 
-def adoptable(objects: list[dict], live: list[dict], owned: dict) -> list[dict]:
+#: Argo CD's tracking annotation (its default tracking):
+#: ``<app>:<group>/<kind>:<ns>/<name>``.
+TRACKING_ID = "argocd.argoproj.io/tracking-id"
+
+
+def adoptable(
+    objects: list[dict], live: list[dict], owned: dict, applications: set[str] = frozenset()
+) -> list[dict]:
     """The kept objects (``program.kept``: git's Delete=false, the PVC with every model version
-    and its Namespace) that are live and not in the stack's state: data an earlier deployment
-    left on purpose (``destroy``, a deleted Argo CD Application). ``up`` adopts them (the
-    provider's server-side apply patches an existing object) instead of refusing them as
-    another tool's; any other object of the overlay that is live still refuses the run."""
-    live_keys = {object_key(o) for o in live}
-    return [
-        o for o in objects
-        if program.kept(o) and object_key(o) in live_keys and object_key(o) not in owned
-    ]  # fmt: skip
+    and its Namespace) that are live, kept there too, not in the stack's state and not tracked
+    by an Argo CD Application that exists (``applications``: names, as ``<ns>_<name>`` too):
+    data an earlier deployment left on purpose (``destroy``, a deleted Application). ``up``
+    adopts them (the provider's server-side apply patches an existing object) instead of
+    refusing them as another tool's; any other object of the overlay that is live, and a kept
+    one that a live Application still syncs, still refuses the run."""
+    live_by_key = {object_key(o): o for o in live}
+
+    def left(obj: dict) -> bool:
+        other = live_by_key.get(object_key(obj))
+        if other is None or object_key(obj) in owned or not program.kept(other):
+            return False
+        tracker = ((other["metadata"].get("annotations") or {}).get(TRACKING_ID) or "").split(":")[
+            0
+        ]
+        return not tracker or tracker not in applications
+
+    return [o for o in objects if program.kept(o) and left(o)]
+
+
+def argocd_applications(kubectl: str, kubeconfig: Path) -> set[str]:
+    """The Argo CD Applications of the cluster, as ``name`` and ``namespace_name`` (the forms a
+    tracking id starts with); empty where Argo CD's CRD is not installed."""
+    proc = subprocess.run(
+        [kubectl, "--kubeconfig", str(kubeconfig), "get", "applications.argoproj.io",
+         "--all-namespaces", "--ignore-not-found",
+         "-o", "jsonpath={range .items[*]}{.metadata.namespace} {.metadata.name}{\"\\n\"}{end}"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    if proc.returncode != 0:
+        if "the server doesn't have a resource type" in proc.stderr:
+            return set()
+        lines = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()]
+        raise SetupError(f"reading Argo CD's Applications: {(lines or ['kubectl failed'])[-1]}")
+    found = set()
+    for line in proc.stdout.splitlines():
+        if line.strip():
+            ns, name = line.split()
+            found |= {name, f"{ns}_{name}"}
+    return found
 
 
 def missing(objects: list[dict], live: list[dict], owned: dict) -> list[str]:
@@ -390,6 +447,12 @@ def run(args: argparse.Namespace) -> int:
     owned = owned_in_state(deployment)
     if args.action == "destroy":  # what the state holds: is each still the object it created?
         created = state_objects(deployment)
+        if forgotten := unretained(objects, deployment):
+            raise SetupError(
+                f"{', '.join(forgotten)}: git keeps them (Delete=false), but the stack's state, "
+                "written by an up before that, would delete them (destroy reads the state): run "
+                f"scripts/pulumi.sh up {args.environment} first, then destroy"
+            )
         taken = conflicts(created, live_objects(kubectl, kubeconfig, created), owned)
         if taken:
             raise SetupError(
@@ -398,7 +461,7 @@ def run(args: argparse.Namespace) -> int:
             )
     else:
         live = live_objects(kubectl, kubeconfig, objects)
-        adopted = adoptable(objects, live, owned)
+        adopted = adoptable(objects, live, owned, argocd_applications(kubectl, kubeconfig))
         taken = conflicts([o for o in objects if o not in adopted], live, owned)
         if taken:
             raise SetupError(

@@ -168,12 +168,33 @@ def test_kept_data_left_by_an_earlier_deployment_is_adopted_and_nothing_else():
         o["metadata"]["annotations"] = keep
     live = [_obj(o["kind"], o["metadata"]["name"], managers=["argocd-controller"], uid="u")
             for o in (ns, pvc, isvc)]  # fmt: skip
+    for o in live[:2]:
+        o["metadata"]["annotations"] = {**keep, deploy.TRACKING_ID: "fashion-mnist:/x:y"}
     assert deploy.adoptable([ns, pvc, isvc], live, {}) == [ns, pvc]
     assert deploy.adoptable([ns, pvc, isvc], live[2:], {}) == []  # not live: created
     owned = deploy.owned_in_state(STATE)  # the stack's own Namespace is not adopted again
     assert deploy.adoptable([ns, pvc, isvc], live, owned) == [pvc]
+    # an Application that exists still syncs them (its first sync under way): not adopted
+    assert deploy.adoptable([ns, pvc, isvc], live, {}, {"fashion-mnist"}) == []
+    assert deploy.adoptable([ns, pvc, isvc], live, {}, {"argocd_fashion-mnist"}) == [ns, pvc]
+    # kept in git but not live (applied before git kept it): another tool's, not adopted
+    live[1]["metadata"]["annotations"] = {}
+    assert deploy.adoptable([ns, pvc, isvc], live, {}) == [ns]
+    live[1]["metadata"]["annotations"] = keep
     pvc["metadata"]["annotations"] = {"argocd.argoproj.io/sync-options": "Prune=false"}
     assert deploy.adoptable([ns, pvc, isvc], live, {}) == [ns]
+
+
+def test_destroy_of_a_state_without_retain_on_delete_is_refused_for_kept_objects():
+    """destroy reads retainOnDelete from the state, not the program: a kept object whose state
+    entry lacks it (an up before git kept it) is named, so destroy is refused before it runs."""
+    ns = _obj("Namespace", "fashion-mnist")
+    ns["metadata"]["annotations"] = {"argocd.argoproj.io/sync-options": "Delete=false"}
+    isvc = _obj("InferenceService", "fashion-mnist")
+    assert deploy.unretained([ns, isvc], STATE) == ["Namespace fashion-mnist"]
+    retained = {"resources": [dict(r, retainOnDelete=True) for r in STATE["resources"]]}
+    assert deploy.unretained([ns, isvc], retained) == []
+    assert deploy.unretained([_obj("Namespace", "fashion-mnist"), isvc], STATE) == []
 
 
 def test_an_object_recreated_by_another_tool_or_deleted_out_of_band_is_not_the_stacks():
