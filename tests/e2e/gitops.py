@@ -22,9 +22,11 @@ commits of the e2e's own, then the user's first step:
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -206,27 +208,43 @@ def watch_app(kubectl: Kubectl, name: str, since: str, predicate, timeout: float
     diff cache (Argo CD v3.5.1 controller/state.go ``useDiffCache``: with ServerSideDiff the
     cache is used even after the soft expiry, and a failed comparison cached every resource as
     unmodified). AssertionError naming the states seen after ``timeout`` seconds."""
-    path = (
-        f"/apis/argoproj.io/v1alpha1/namespaces/argocd/applications?watch=1"
-        f"&fieldSelector=metadata.name%3D{name}&resourceVersion={since}"
-        f"&timeoutSeconds={int(timeout)}"
-    )
-    cmd = [kubectl.binary, "--kubeconfig", str(kubectl.kubeconfig), "get", "--raw", path]
+    deadline = time.monotonic() + timeout
     seen: list[str] = []
-    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
-        try:
-            for line in proc.stdout:
-                event = json.loads(line)
-                if event.get("type") == "ERROR":
-                    raise AssertionError(f"watch of {name} since {since}: {event}")
-                obj = event["object"]
-                if predicate(obj):
-                    return obj
-                sync, health, rev = state(obj)
-                seen.append(f"{sync}/{health}@{rev[:8]} {comparison_error(obj)[:120]!r}")
-        finally:
-            proc.kill()
-        err = proc.stderr.read()
+    version, err = since, ""
+    # the API server may end a watch early: watch again from the last version seen, until then
+    while (left := deadline - time.monotonic()) > 0:
+        path = (
+            f"/apis/argoproj.io/v1alpha1/namespaces/argocd/applications?watch=1"
+            f"&fieldSelector=metadata.name%3D{name}&resourceVersion={version}"
+            f"&timeoutSeconds={max(1, math.ceil(left))}"
+        )
+        cmd = [kubectl.binary, "--kubeconfig", str(kubectl.kubeconfig), "get", "--raw", path]
+        with subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        ) as proc:
+            # the caller's deadline, whatever kubectl does
+            timer = threading.Timer(left + 5, proc.kill)
+            timer.start()
+            try:
+                for line in proc.stdout:
+                    try:
+                        event = json.loads(line)
+                    except json.JSONDecodeError:
+                        break  # a stream cut mid-event: watch again
+                    if event.get("type") == "ERROR":  # e.g. 410: the version is compacted
+                        raise AssertionError(f"watch of {name} since {version}: {event}")
+                    obj = event["object"]
+                    version = obj["metadata"]["resourceVersion"]
+                    if predicate(obj):
+                        return obj
+                    sync, health, rev = state(obj)
+                    seen.append(f"{sync}/{health}@{rev[:8]} {comparison_error(obj)[:120]!r}")
+            finally:
+                timer.cancel()
+                proc.kill()
+            err = proc.stderr.read() or err
+        if proc.returncode not in (0, None) and deadline - time.monotonic() > 1:
+            time.sleep(1)  # kubectl failed: not a busy loop
     raise AssertionError(
         f"no state of {name} after resourceVersion {since} matched in {timeout:.0f}s; seen: "
         f"{seen[-10:]}; kubectl: {err.strip()[-500:]}"
