@@ -25,10 +25,11 @@ wants_help() { [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; }
 # seconds NAME VALUE [fraction]: VALUE if it is a number of seconds (whole, unless "fraction"
 # is given), else a one-line error.
 seconds() {
-  local re='^[0-9]+$'
-  [[ "${3:-}" == fraction ]] && re='^[0-9]+([.][0-9]+)?$'
-  [[ "$2" =~ $re ]] || die "$1 must be a number of seconds, got '$2'"
-  echo "$2"
+  local re='^[0-9]{1,12}$'
+  [[ "${3:-}" == fraction ]] && re='^[0-9]{1,12}([.][0-9]+)?$'
+  [[ "$2" =~ $re ]] || die "$1 must be a number of seconds (at most 12 digits), got '$2'"
+  # decimal even with leading zeros (bash reads 010 as octal, 08 not at all)
+  if [[ "$2" == *.* ]]; then echo "$2"; else echo "$((10#$2))"; fi
 }
 # environment NAME: NAME if it is one of overlays/<env> (a plain name), else a one-line error.
 environment() {

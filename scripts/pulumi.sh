@@ -8,9 +8,12 @@ if wants_help "${1:-}" || [[ $# -lt 2 ]]; then
   cat <<USAGE
 usage: scripts/pulumi.sh up|preview|destroy <overlay> [--train [-p name=value ...]] [--refresh]
   overlay: $(cd "${REPO_ROOT}/overlays" && echo */ | tr -d / | sed 's/ / | /g'); the stack is named after it (project fashion-mnist).
-  up        create or update the overlay's objects (what scripts/deploy.sh applies)
+  up        create or update the overlay's objects (what scripts/deploy.sh applies); adopts
+            the Namespace and PVC that git keeps (Delete=false) when an earlier deployment
+            left them, and says so
   preview   what up would change
-  destroy   delete every object the stack created
+  destroy   delete every object the stack created but those two (the models stay; deleting
+            them: docs/gitops.md)
   --train   also submit a training run (a Workflow of the pipeline), exported as trainingRun;
             each up --train replaces the last run with a new one; a later up without
             --train deletes it, even while it runs

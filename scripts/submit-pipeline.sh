@@ -12,10 +12,11 @@ its name. -p overrides a parameter by name (values may contain any character, e.
 -p train-resources='{"requests": {"cpu": "1"}}'). --entrypoint: a template other than
 'pipeline' (train-all, or train with -p model-type=...; scripts/train.sh uses them; select
 with -p candidates-runs=RUN[,RUN...]: publish the candidates those runs trained).
---wait: block until the run ends; exit 0 when Succeeded, 1 as soon as it is Failed/Error.
-Env: TIMEOUT (seconds; default: the live template's activeDeadlineSeconds, the overlay's
-workflow-deadline-seconds, plus ${DEADLINE_MARGIN_S} s for Argo to fail the run at it),
-POLL (seconds, default 10).
+--wait: block until the run ends; exit 0 when Succeeded, 1 as soon as it is Failed/Error,
+1 after TIMEOUT seconds ("still <phase> after N s"; the Workflow goes on: argo stop NAME).
+Env: TIMEOUT (seconds) defaults to the live template's activeDeadlineSeconds (which the
+overlay's workflow-deadline-seconds sets; Argo fails the run at it) plus ${DEADLINE_MARGIN_S} s:
+that can be hours, so set TIMEOUT for a short run. POLL (seconds, default 10).
 USAGE
 }
 if wants_help "${1:-}"; then usage; exit 0; fi

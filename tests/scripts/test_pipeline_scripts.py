@@ -158,3 +158,26 @@ def test_dev_loop_refuses_an_unknown_model_type_before_any_kubectl_call(fake):
 def test_dev_loop_fails_when_training_fails(fake):
     proc, _, _ = fake("train.sh", "cnn", phases=("Running", "Failed"))
     assert proc.returncode == 1
+
+
+@pytest.mark.parametrize(
+    ("value", "kind", "out"),
+    [("08", "", "8"), ("010", "", "10"), ("0.5", "fraction", "0.5"), ("1234567890123", "", None),
+     ("1h", "", None), ("-5", "", None), ("", "", None)],
+)  # fmt: skip
+def test_seconds_are_decimal_whole_numbers_or_a_clear_error(value, kind, out):
+    """scripts/lib.sh ``seconds``, which every TIMEOUT and POLL goes through: leading zeros are
+    decimal (bash alone reads 010 as 8 and fails on 08), at most 12 digits (no overflow in the
+    margin added to a template's deadline), anything else one line naming the variable."""
+    proc = subprocess.run(
+        ["bash", "-c", f'source "{REPO}/scripts/lib.sh"; seconds TIMEOUT "$0" $1', value, kind],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    if out is None:
+        assert proc.returncode == 1 and proc.stdout == "", proc
+        assert (
+            proc.stderr
+            == f"error: TIMEOUT must be a number of seconds (at most 12 digits), got '{value}'\n"
+        )
+    else:
+        assert (proc.returncode, proc.stdout) == (0, f"{out}\n"), proc
