@@ -7,7 +7,7 @@ Why it exists: on the 2-core CPU one full-budget training takes 4-7 minutes, so 
 search there tries a few recipes an hour. On one GPU the same network trains in 17-90 s, and
 many run side by side (``--procs`` processes sharing the device), so a round of 14 recipes x 3
 seeds takes 2-4 minutes. What a round measures is **accuracy only**; each recipe's cost on the
-CPU is measured apart (single-process images/s per architecture, bench/README.md), and the
+CPU is measured apart (single-process images/s per architecture, docs/results.md), and the
 recipe kept is then measured by ``bench/train_bench.py`` with the real trainers.
 
 What runs is a **re-implementation, not the trainers**: the ``batch_norm`` network in PyTorch
@@ -21,7 +21,7 @@ kernels, and in two details of the recipe: the warm-up starts near 0 and the cos
 (the trainers: from and to 0.1x and 0.01x the peak, ``training.train.make_schedule``), and
 each half's forward pass updates the batch-norm running statistics (two updates per step; each
 replica of the trainers updates once and the export holds their mean). The 2026-12-04 screen
-read 0.0-0.3 points below the trainers for the same recipe (bench/README.md), so rounds
+read 0.0-0.3 points below the trainers for the same recipe (docs/results.md), so rounds
 compare recipes with each other.
 
 Each run reports test accuracy on all 10,000 test images **after a JPEG round trip** (Pillow,
@@ -57,7 +57,7 @@ BN = {"eps": 1e-3, "momentum": 0.1}  # Keras BatchNormalization(momentum=0.9), i
 # the changes named; keys: epochs, batch (global), lr (peak), aug, ls (label smoothing), opt
 # (adam, adamw, sgd), wd, sched (cosine, linear), warmup (epochs), arch (Net's knobs).
 # Round 4 (changes to the kept S8_16 recipe at its cost, and 10-view scoring) was prepared
-# the same night and has NOT run: no GPU machine was lent to that session (bench/README.md).
+# the same night and has NOT run: no GPU machine was lent to that session (docs/results.md).
 ROUNDS = {
     1: (
         {"ema": 0.995},

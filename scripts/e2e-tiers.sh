@@ -4,7 +4,7 @@
 # (scripts/e2e-images.sh) that only it needs, and the test modules that only it runs. A cold
 # .ci/run skips a tier whose tools are not built in the time its budget leaves (`plan`), and says
 # so loudly; `make e2e E2E_SKIP_TIERS="TIER..."` skips one by hand. What no tier names is the
-# core's. docs/e2e.md, "Tiers", has the schedule and the measurements behind the seconds below.
+# core's. docs/e2e.md, "Tiers", has the schedule; docs/results.md the runs behind the seconds below.
 #
 # Usage:
 #   scripts/e2e-tiers.sh tools [--core]   the recipes `make e2e` builds: every recipe but those of
@@ -30,8 +30,8 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$ROOT/scripts/lib.sh" # (its die is redefined below: this script's name on each message)
 TOOLS="$ROOT/scripts/tools.sh"
 
-# Seconds of a warm `make e2e` on each kind of CPU the CI machines have been (docs/e2e.md,
-# "Tiers", has the measurements), with room: the core with the cluster's start and teardown,
+# Seconds of a warm `make e2e` on each kind of CPU the CI machines have been (docs/results.md
+# has the runs), with room: the core with the cluster's start and teardown,
 # then each tier's own tests. `plan` keeps this much. The kind: cpu_kind below.
 declare -A CORE_E2E_SECONDS=([intel]=1650 [amd]=1800)
 TIERS=(serving gitops pulumi)

@@ -36,7 +36,7 @@ BUDGETS: dict[str, dict] = {
         "learning_rate": 0.003,
         "precision": "float32",
     },
-    # sized for the whole of `make demo` in 3 min on 2 cores (bench/README.md: 175 s, 84 %)
+    # sized for the whole of `make demo` in 3 min on 2 cores (docs/results.md: 175 s, 84 %)
     "quick": {
         "epochs": 2,
         "train_examples": 12_000,

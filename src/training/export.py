@@ -104,7 +104,7 @@ def probabilities(model, pixels, mirror_average: bool):
     (``--augment`` with ``flip``, :func:`training.train.augment`): every Fashion-MNIST class is
     left-right symmetric as a class (a mirrored shoe is a shoe), so the two views are equally
     likely inputs, and averaging them raised test accuracy by 0.1-0.3 points on the full
-    budget (bench/README.md). For a model trained without flips the mirror is an unseen input:
+    budget (docs/results.md). For a model trained without flips the mirror is an unseen input:
     the 2026-11-29 reference lost 1.7 points with it. Both views go through the model as one
     batch of ``2N`` in inference mode, so no example influences another.
 

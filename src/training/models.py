@@ -14,10 +14,10 @@ the random augmentation runs in ``tf.data`` during training only, see
       -> flatten -> dense 256 -> dense 10
 
 and output **logits** ``float32 [N, 10]``; the serving signature applies the softmax. The
-widths were chosen by measurement (bench/README.md): 32/64/128 reached about 93 %, 48/96/256
+widths were chosen by measurement (docs/results.md): 32/64/128 reached about 93 %, 48/96/256
 about 93.7 % in 1.5x the time; a full-resolution first stage of 48 filters reached no more in
 2.7x. The narrow full-resolution stem (8 filters) was chosen by a recipe screen
-(bench/README.md, 2026-12-04 evening): it costs 1.28-1.33x the time per image in one process
+(docs/results.md, 2026-12-04 evening): it costs 1.28-1.33x the time per image in one process
 (less in the 2-replica trainer, where the all-reduce's share stays), and reaches in 16 epochs
 what the network without it reached in 32.
 """

@@ -407,7 +407,7 @@ def train(args: argparse.Namespace, env: DistEnv) -> dict:
     # channels_last (NHWC) weights and activations: oneDNN's convolutions work in that layout,
     # so the NCHW default pays a reorder of every activation and gradient on each step
     # (aten::copy_, 19 % of a profiled CPU step); measured at 512 per replica: +8 % images/s
-    # with 2 replicas, +18 % per process (bench/README.md). Only the layout changes: shapes,
+    # with 2 replicas, +18 % per process (docs/results.md). Only the layout changes: shapes,
     # state_dict keys, checkpoints and the export's graph are the same (values differ from an
     # NCHW run in the last bits: other kernels sum in another order).
     model = build_torch_model(args.seed).to(device, memory_format=torch.channels_last)

@@ -113,7 +113,7 @@ def add_shared_arguments(p: argparse.ArgumentParser) -> None:
         default="shift-flip",
         help="training-time augmentation of each batch: random shifts, left-right flips, "
         "erasing (the default leaves erasing out: it bought nothing in schedules of 20-22 "
-        "epochs of the network without the stem, bench/README.md)",
+        "epochs of the network without the stem, docs/results.md)",
     )
     p.add_argument(
         "--label-smoothing",
@@ -363,7 +363,7 @@ def augment(images, labels, kind: str, seed):
       al. 2020, which reports gains on Fashion-MNIST).
 
     Vectorised over the batch (gathers and masks, no per-image ops; its cost is measured in
-    bench/README.md). Runs in ``tf.data`` only: the exported model has no random layer, so
+    docs/results.md). Runs in ``tf.data`` only: the exported model has no random layer, so
     serving computes exactly what evaluation measured.
 
     Args:
