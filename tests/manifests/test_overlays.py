@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import yaml
 
@@ -185,3 +187,49 @@ def test_quantities_read_as_kubernetes_reads_them(text, units):
 def test_a_quantity_of_another_form_is_refused():
     with pytest.raises(ValueError, match="not a Kubernetes quantity: '1 Gi'"):
         quantity("1 Gi")
+
+
+# what the reference docs say an overlay's predictor scales by (`field: N` in backticks)
+DOC_REPLICA_FIGURE = re.compile(r"`(minReplicas|maxReplicas|scaleTarget): *(\d+)`")
+OVERLAYS = ("local-k3d", "gpu-cloud")
+
+
+def doc_replica_figures(text: str) -> list[tuple[str, str, int, str]]:
+    """(overlay, field, value, paragraph's start) of each ``field: N`` figure of a markdown text.
+
+    A paragraph (blank-line separated) with a figure must name exactly one overlay, the one the
+    figure is about; AssertionError names the paragraph otherwise."""
+    out = []
+    for para in re.split(r"\n\s*\n", text):
+        figures = DOC_REPLICA_FIGURE.findall(para)
+        if not figures:
+            continue
+        named = [o for o in OVERLAYS if o in para]
+        assert len(named) == 1, f"names {named or 'no overlay'}, not one: {para[:120]!r}"
+        out += [(named[0], field, int(value), para[:80]) for field, value in figures]
+    return out
+
+
+def test_doc_replica_figures_need_one_overlay():
+    with pytest.raises(AssertionError, match="no overlay"):
+        doc_replica_figures("scales at (`scaleTarget: 1`)\n")
+    assert doc_replica_figures("local-k3d: `maxReplicas: 5`.") == [
+        ("local-k3d", "maxReplicas", 5, "local-k3d: `maxReplicas: 5`.")
+    ]
+
+
+def test_docs_replica_figures_are_the_overlays(full_run):
+    """The README's and docs' `scaleTarget`/`minReplicas`/`maxReplicas` figures are what the
+    overlay they name renders (docs/results.md is history: its figures keep their day)."""
+    _, rendered = full_run
+    docs = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    checked = 0
+    for doc in docs:
+        if doc.name == "results.md":
+            continue
+        for overlay, field, value, where in doc_replica_figures(doc.read_text()):
+            isvc = _one(expand(rendered[f"overlays/{overlay}"]), "InferenceService")
+            actual = isvc["spec"]["predictor"][field]
+            assert actual == value, f"{doc.name}: {field} {value}, {overlay} has {actual}: {where}"
+            checked += 1
+    assert checked >= 5
