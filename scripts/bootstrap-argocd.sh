@@ -27,6 +27,7 @@ USAGE
   exit 2
 fi
 need "${KUBECTL}"
+kubectl_for_cluster
 APPS="${REPO_ROOT}/argocd/apps/$(environment "$1")"
 [[ -f "${APPS}/kustomization.yaml" ]] || die "no Argo CD applications for '$1' (argocd/apps/$1)"
 # docs/gitops.md step 1, checked before any change: Argo CD would sync from the placeholder

@@ -14,5 +14,6 @@ USAGE
   exit 2
 fi
 OVERLAY="${REPO_ROOT}/overlays/$(environment "$1")"
+kubectl_for_cluster
 "${KUBECTL}" apply --server-side --field-manager=fashion-mnist-deploy -k "${OVERLAY}"
 "${KUBECTL}" -n "${NAMESPACE}" get workflowtemplate,inferenceservice,ksvc,pvc

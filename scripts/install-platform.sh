@@ -292,6 +292,7 @@ fi
 # replaces it, and both cannot share the node's port 80 (k3d's load balancer) nor the routes'
 # KIngresses (their status keeps Kourier's addresses). Refused, saying what to do, before any
 # change: the cluster keeps working as it is.
+if [[ -z "${RENDER_ONLY}" ]]; then kubectl_for_cluster; fi
 if [[ -z "${RENDER_ONLY}" ]] && k get namespace kourier-system >/dev/null 2>&1; then
   die "this cluster runs Kourier (namespace kourier-system), which Traefik replaces as Knative's ingress: recreate the cluster (k3d cluster delete; scripts/k3d-up.sh), or remove Kourier and let Knative remake each KIngress as docs/gitops.md (\"Reaching the model\") says, then re-run"
 fi

@@ -28,4 +28,5 @@ else
     --port "8080:80@loadbalancer" --k3s-arg "--disable=traefik@server:0" --wait
 fi
 "${KUBECTL}" config use-context "k3d-${CLUSTER_NAME}"
+kubectl_for_cluster
 "${KUBECTL}" wait --for=condition=Ready nodes --all --timeout=180s

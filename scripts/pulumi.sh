@@ -25,5 +25,6 @@ USAGE
   wants_help "${1:-}" && exit 0
   exit 2
 fi
+kubectl_for_cluster
 export KUBECTL
 exec "${PYTHON}" "${REPO_ROOT}/pulumi/deploy.py" "$@"

@@ -34,6 +34,7 @@ while [[ $# -gt 0 ]]; do
     *) usage >&2; die "unknown argument $1" ;;
   esac
 done
+kubectl_for_cluster
 if [[ "${WAIT}" == true && -z "${TIMEOUT:-}" ]]; then  # the run's own deadline, read once
   deadline="$("${KUBECTL}" get workflowtemplate "${PIPELINE}" -n "${NAMESPACE}" \
     -o 'jsonpath={.spec.activeDeadlineSeconds}')" || die "cannot read workflowtemplate/${PIPELINE}"

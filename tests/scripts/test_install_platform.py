@@ -260,7 +260,7 @@ def test_a_cluster_with_kourier_is_refused_before_any_change(tmp_path):
     stub = tmp_path / "kubectl"
     stub.write_text(
         "#!/usr/bin/env bash\n"
-        f'case "$1" in kustomize|config) exec {real} "$@" ;; esac\n'
+        f'case "$1" in kustomize|config) exec {real} "$@" ;; version) exit 1 ;; esac\n'
         f'echo "$*" >> {calls}\n'
         '[[ "$*" == "get namespace kourier-system" ]]\n'
     )
