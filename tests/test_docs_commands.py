@@ -204,3 +204,10 @@ def test_make_stops_on_a_mirror_dir_that_is_not_a_folder(tmp_path):
     assert f"MIRROR_DIR={missing} is not a folder" in proc.stderr
     missing.mkdir()
     assert _run(["make", "-n", "demo", f"MIRROR_DIR={missing}"]).returncode == 0
+
+
+def test_the_readme_reads_in_minutes():
+    """The README stays under 12,000 characters (issue "new user's journeys"): details go to
+    docs/, measurements to docs/results.md."""
+    size = len((ROOT / "README.md").read_text(encoding="utf-8"))
+    assert size < 12_000, f"README.md has {size} characters"
