@@ -146,14 +146,23 @@ plan() { # DEADLINE [PID]
   [[ -z "$pid" || "$pid" =~ ^[1-9][0-9]*$ && "$pid" -gt 1 ]] \
     || die "plan: PID must be the id of the build's process, got '$pid'"
   local -a skip=()
+  local behind=""  # a tier skipped while its tools were still building
   # In TIERS order (the order .ci/run builds their tools in): a tier is waited for while the e2e
   # still fits with the core, the tiers already kept, this one and the later ones already built;
   # a later tier not built yet is judged in its turn (the time of a skipped one is not kept).
+  # Once a tier is skipped with its tools still building, a later tier not built yet is skipped
+  # at once: its tools build after those, so waiting for it would only spend the budget.
   for i in "${!TIERS[@]}"; do
     t="${TIERS[$i]}"
     if n="$(needs_skipped "$t" "${skip[@]}")"; then
       skip+=("$t")
       say "SKIPPING tier $t: it needs tier $n, skipped"
+      continue
+    fi
+    if [[ -n "$behind" ]] && ! tier_built "$t"; then
+      skip+=("$t")
+      say "SKIPPING tier $t: its tools ($(tier_items "$t" TOOLS | tr '\n' ' ' | sed 's/ $//')) are" \
+        "not built, and they build after tier $behind's, which did not end in the budget"
       continue
     fi
     need=$((running + $(tier_seconds "$t") + $(built_after "$i")))
@@ -172,6 +181,7 @@ plan() { # DEADLINE [PID]
       say "SKIPPING tier $t: its tools ($tools) are not built, and ${left} s are left of the" \
         "budget, where the e2e needs about ${need} s with it (${CORE_E2E_SECONDS[$CPU]} s the" \
         "core's, $(tier_seconds "$t") s this tier's, measured on CPUs of the kind $CPU)"
+      if [[ -n "$pid" ]] && kill -0 "$pid" 2>/dev/null; then behind="$t"; fi
     fi
   done
   echo "${skip[*]}"

@@ -185,6 +185,25 @@ def test_plan_does_not_wait_for_a_build_past_the_budget(tmp_path):
         build.kill()
 
 
+def test_plan_does_not_wait_for_a_tier_whose_tools_build_after_a_skipped_one(tmp_path):
+    """The build is still on serving's tools when serving does not fit the budget: pulumi, whose
+    tools build after them (.ci/run builds tier by tier), is skipped at once, though the budget
+    would fit pulumi's tests for minutes (the cold run of 2026-12-07 waited 11 min for it)."""
+    core, pulumi = (
+        int(lines(run("seconds", part, cache=tmp_path))[0]) for part in ("core", "pulumi")
+    )
+    build = fake_build(tmp_path, 300)
+    try:
+        deadline = int(time.time()) + core + pulumi + 240  # serving's tests would not fit
+        proc = run("plan", str(deadline), str(build.pid), cache=tmp_path, timeout=60)
+        assert lines(proc) == ["serving", "gitops", "pulumi"]
+        (why,) = [ln for ln in proc.stderr.splitlines() if "SKIPPING tier pulumi" in ln]
+        assert "they build after tier serving's" in why, proc.stderr
+        assert build.poll() is None  # still building: plan did not wait for it
+    finally:
+        build.kill()
+
+
 def test_skip_tiers_are_words_each_checked_once(tmp_path):
     proc = run("pytest-args", cache=tmp_path, skip=" pulumi  pulumi ")
     assert lines(proc) == ["--ignore=tests/e2e/test_pulumi.py"]
