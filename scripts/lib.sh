@@ -8,7 +8,8 @@ REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "${REPO_ROOT}/versions.env"
 KUBECTL_GIVEN="${KUBECTL:-}"  # a KUBECTL the user set: kept or refused (kubectl_for_cluster), never replaced
 KUBECTL="${KUBECTL:-kubectl}"
-if ! command -v "${KUBECTL}" >/dev/null 2>&1 && [[ -x "${REPO_ROOT}/.venv/bin/kubectl" ]]; then
+if [[ -z "${KUBECTL_GIVEN}" ]] && ! command -v kubectl >/dev/null 2>&1 \
+  && [[ -x "${REPO_ROOT}/.venv/bin/kubectl" ]]; then
   KUBECTL="${REPO_ROOT}/.venv/bin/kubectl"
 fi
 # Python for serialising manifests (json: stdlib) and reading rendered YAML (PyYAML, in .venv).
@@ -32,29 +33,38 @@ seconds() {
   # decimal even with leading zeros (bash reads 010 as octal, 08 not at all)
   if [[ "$2" == *.* ]]; then echo "$2"; else echo "$((10#$2))"; fi
 }
-# kubectl_minors KUBECTL: "CLIENT SERVER", the minor versions `KUBECTL version -o json` reports
-# ("-" for one it does not: no API server answering in 10 s, or no kubectl output)
+# kubectl_minors KUBECTL: "CLIENT SERVER", the minor versions of Kubernetes 1.x that
+# `KUBECTL version -o json` reports ("-" for one it does not: no API server answering in 10 s,
+# no kubectl output). Its stderr is the user's: a credential plugin's login prompt must show.
 kubectl_minors() {
-  { "$1" version -o json --request-timeout=10s 2>/dev/null || true; } | "${PYTHON}" -c '
+  { "$1" version -o json --request-timeout=10s || true; } | "${PYTHON}" -c '
 import json, re, sys
 try:
     v = json.load(sys.stdin)
 except ValueError:
+    v = None
+if not isinstance(v, dict):
     v = {}
-def minor(key):  # "34", or "34+" as some providers report it
-    m = re.match(r"[0-9]+", str((v.get(key) or {}).get("minor", "")))
+def minor(key):  # "34", or "34+" as some providers report it; only Kubernetes 1.x
+    info = v.get(key)
+    if not isinstance(info, dict) or str(info.get("major", "")).rstrip("+") != "1":
+        return "-"
+    m = re.match(r"[0-9]{1,4}", str(info.get("minor", "")))
     return m.group(0) if m else "-"
 print(minor("clientVersion"), minor("serverVersion"))'
 }
 # kubectl_for_cluster: KUBECTL becomes a kubectl within kubectl's supported version skew of the
 # cluster's API server, one minor version either way
 # (https://kubernetes.io/releases/version-skew-policy/#kubectl). A KUBECTL the user set is kept
-# or refused; otherwise PATH's kubectl, then the venv's (1.37, what `make validate` renders
-# with), the first within it. Refuses with one line naming each kubectl's version and the
-# server's; says nothing when the server does not answer (the script's next call says why).
+# or refused (one that is no command too); otherwise PATH's kubectl, then the venv's (1.37,
+# what `make validate` renders with), the first within it. Refuses with one line naming each
+# kubectl's version and the server's; says nothing when no kubectl gets an answer from the
+# server (the script's next call says why).
 kubectl_for_cluster() {
-  local candidates=() c client server seen=()
+  local candidates=() c client server="" answered="" seen=()
   if [[ -n "${KUBECTL_GIVEN}" ]]; then
+    command -v "${KUBECTL_GIVEN}" >/dev/null 2>&1 \
+      || die "KUBECTL=${KUBECTL_GIVEN} is not a command (unset it to use PATH's or the venv's kubectl)"
     candidates=("${KUBECTL_GIVEN}")
   else
     if command -v kubectl >/dev/null 2>&1; then candidates+=("$(command -v kubectl)"); fi
@@ -62,15 +72,21 @@ kubectl_for_cluster() {
   fi
   for c in "${candidates[@]}"; do
     read -r client server < <(kubectl_minors "${c}")
-    [[ "${client}" != - && "${server}" != - ]] || return 0
+    if [[ "${client}" == - || "${server}" == - ]]; then
+      seen+=("${c}: no version from it and the server")
+      continue
+    fi
+    answered="${server}"
     if ((10#${client} - 10#${server} <= 1 && 10#${server} - 10#${client} <= 1)); then
+      if ((${#seen[@]})); then log "using ${c} (1.${client}; the server is 1.${server}): ${seen[*]}"; fi
       KUBECTL="${c}"
       return 0
     fi
     seen+=("${c} is 1.${client}")
   done
-  ((${#seen[@]})) || return 0
-  die "no kubectl within one minor version of the cluster's API server (1.${server}), kubectl's supported skew: $(IFS=','; echo "${seen[*]}" | sed 's/,/, /g'); install kubectl 1.$((10#${server} - 1)) to 1.$((10#${server} + 1)) or set KUBECTL to one"
+  [[ -n "${answered}" ]] || return 0
+  server="${answered}"
+  die "no kubectl within one minor version of the cluster's API server (1.${server}), kubectl's supported skew: $(IFS=';'; echo "${seen[*]}" | sed 's/;/; /g'); install kubectl 1.$((10#${server} - 1)) to 1.$((10#${server} + 1)) or set KUBECTL to one"
 }
 # environment NAME: NAME if it is one of overlays/<env> (a plain name), else a one-line error.
 environment() {

@@ -75,6 +75,30 @@ def test_no_answer_from_the_server_says_nothing(tmp_path):
     assert (rc, used, err) == (0, str(kubectl), "")
 
 
+@pytest.mark.parametrize("output", ["[1, 2]", '"1.34"', "not json", ""])
+def test_output_that_is_no_version_object_is_no_answer(tmp_path, output):
+    kubectl = tmp_path / "kubectl"
+    kubectl.write_text(f"#!/usr/bin/env bash\necho '{output}'\n")
+    kubectl.chmod(0o755)
+    rc, used, err = chosen({"KUBECTL": str(kubectl)})
+    assert (rc, used) == (0, str(kubectl)) and "Traceback" not in err, err
+
+
+def test_a_given_kubectl_that_is_no_command_is_refused_not_replaced(tmp_path):
+    rc, _, err = chosen({"KUBECTL": str(tmp_path / "no-such-kubectl")})
+    assert rc == 1 and "is not a command" in err, err
+
+
+def test_an_out_of_skew_kubectl_is_refused_though_another_gets_no_answer(tmp_path):
+    """PATH's kubectl answers (1.37 against 1.34); the venv's gets no answer (no kubeconfig the
+    fake server knows): neither is used, and the refusal names both."""
+    path_dir = tmp_path / "bin"
+    path_kubectl = fake_kubectl(path_dir, "37", "34")
+    rc, _, err = chosen({"KUBECONFIG": str(tmp_path / "none")}, path_dir)
+    assert rc == 1 and f"{path_kubectl} is 1.37" in err, err
+    assert f"{VENV_KUBECTL}: no version from it and the server" in err, err
+
+
 @pytest.fixture
 def api_server():
     """A loopback HTTP server answering /version as an API server 1.36 does; its kubeconfig."""
