@@ -35,9 +35,17 @@ seconds() {
 }
 # kubectl_minors KUBECTL: "CLIENT SERVER", the minor versions of Kubernetes 1.x that
 # `KUBECTL version -o json` reports ("-" for one it does not: no API server answering in 10 s,
-# no kubectl output). Its stderr is the user's: a credential plugin's login prompt must show.
+# no kubectl output). On a terminal its stderr is the user's (a credential plugin's login prompt
+# must show); elsewhere it is dropped (the script's own next call says what is wrong) and the
+# call bounded to 60 s where coreutils' timeout is there (a plugin waiting for a login).
 kubectl_minors() {
-  { "$1" version -o json --request-timeout=10s || true; } | "${PYTHON}" -c '
+  local bound=()
+  if [[ ! -t 2 ]] && command -v timeout >/dev/null 2>&1; then bound=(timeout 60); fi
+  if [[ -t 2 ]]; then
+    { "$1" version -o json --request-timeout=10s || true; }
+  else
+    { ${bound[@]+"${bound[@]}"} "$1" version -o json --request-timeout=10s 2>/dev/null || true; }
+  fi | "${PYTHON}" -c '
 import json, re, sys
 try:
     v = json.load(sys.stdin)

@@ -24,6 +24,7 @@ FAKE = """#!{python}
 import json, sys
 if sys.argv[1:3] != ["version", "-o"]:
     sys.exit("unexpected: " + " ".join(sys.argv[1:]))
+print("kubectl's own stderr", file=sys.stderr)  # not the user's off a terminal
 out = {{"clientVersion": {{"major": "1", "minor": {client!r}}}}}
 if {server!r}:
     out["serverVersion"] = {{"major": "1", "minor": {server!r}}}
