@@ -263,9 +263,8 @@ def adoptable(
         other = live_by_key.get(object_key(obj))
         if other is None or object_key(obj) in owned or not program.kept(other):
             return False
-        tracker = ((other["metadata"].get("annotations") or {}).get(TRACKING_ID) or "").split(":")[
-            0
-        ]
+        notes = other["metadata"].get("annotations") or {}
+        tracker = (notes.get(TRACKING_ID) or "").split(":")[0]
         return not tracker or tracker not in applications
 
     return [o for o in objects if program.kept(o) and left(o)]

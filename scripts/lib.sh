@@ -39,13 +39,10 @@ seconds() {
 # must show); elsewhere it is dropped (the script's own next call says what is wrong) and the
 # call bounded to 60 s where coreutils' timeout is there (a plugin waiting for a login).
 kubectl_minors() {
-  local bound=()
-  if [[ ! -t 2 ]] && command -v timeout >/dev/null 2>&1; then bound=(timeout 60); fi
-  if [[ -t 2 ]]; then
-    { "$1" version -o json --request-timeout=10s || true; }
-  else
-    { ${bound[@]+"${bound[@]}"} "$1" version -o json --request-timeout=10s 2>/dev/null || true; }
-  fi | "${PYTHON}" -c '
+  local err=/dev/null bound=()
+  if [[ -t 2 ]]; then err=/dev/stderr; elif command -v timeout >/dev/null 2>&1; then bound=(timeout 60); fi
+  { ${bound[@]+"${bound[@]}"} "$1" version -o json --request-timeout=10s 2>"${err}" || true; } \
+    | "${PYTHON}" -c '
 import json, re, sys
 try:
     v = json.load(sys.stdin)
