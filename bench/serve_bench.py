@@ -124,16 +124,25 @@ def run_httpx(url: str, body: bytes, concurrency: int, seconds: float) -> dict:
     }
 
 
-def find_model(base: Path) -> Path:
-    """The version directory the server will serve from ``base`` (its highest version).
+def find_model(base: Path) -> tuple[Path, Path]:
+    """``(version directory, base path)`` the server will serve: ``base`` is a TF Serving base
+    path (its highest version) or the models directory that selection publishes to (its
+    highest published version's base path, :func:`serving.versions.latest_published`).
 
     Raises:
         ConfigError: no published version under ``base`` (run ``make demo`` first).
     """
-    from serving.versions import ModelVersionNotFoundError, find_latest_version
+    from serving.versions import (
+        ModelVersionNotFoundError,
+        find_latest_version,
+        latest_published,
+        published_versions,
+    )
 
     try:
-        return find_latest_version(base)[1]
+        if published_versions(base):
+            base = latest_published(base)[1]
+        return find_latest_version(base)[1], base
     except ModelVersionNotFoundError as exc:
         raise ConfigError(f"{exc}; run make demo first or pass --model-base-path") from exc
 
@@ -193,7 +202,7 @@ def main(args: argparse.Namespace) -> int:
     from serving.launch import LocalServer
     from training.data import encode_images, load_numpy
 
-    version_dir = find_model(args.model_base_path)
+    version_dir, base = find_model(args.model_base_path)
     images, _ = load_numpy("test", limit=1)
     jpeg = encode_images(images, "jpeg")[0]
     body = json.dumps(predict_body([jpeg])).encode()
@@ -201,7 +210,7 @@ def main(args: argparse.Namespace) -> int:
     payload.write_bytes(body)
 
     http = []
-    with LocalServer(args.model_base_path, extra_args=args.server_arg) as server:
+    with LocalServer(base, extra_args=args.server_arg) as server:
         for c in args.concurrency:
             if shutil.which("hey"):
                 r = run_hey(server.predict_url, payload, c, args.duration)

@@ -111,10 +111,11 @@ def find_or_export_model(model_dir: str | None, model_type: str, work: Path) -> 
         if not (path / "saved_model.pb").is_file():
             raise ConfigError(f"{path} holds no saved_model.pb")
         return path, str(path)
-    from serving.versions import ModelVersionNotFoundError, find_latest_version
+    from serving.versions import ModelVersionNotFoundError, find_latest_version, latest_published
 
     try:
-        return find_latest_version(ROOT / "work" / "models" / MODEL_NAME)[1], "make demo"
+        base = latest_published(ROOT / "work" / "models" / MODEL_NAME)[1]
+        return find_latest_version(base)[1], "make demo"
     except ModelVersionNotFoundError:
         pass
     import training  # noqa: F401  (tf-keras)

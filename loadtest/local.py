@@ -2,7 +2,8 @@
 
     python -m loadtest.local --work-dir work [--duration 20s] [--users 5]
 
-Serves ``<work-dir>/models/fashion-mnist`` (what ``make demo`` publishes; exit 1 with one line
+Serves the highest version ``make demo`` published under ``<work-dir>/models/fashion-mnist`` (its
+base path ``<N>/``, :func:`serving.versions.latest_published`; exit 1 with one line
 ending in "run make demo first" when there is no version), runs ``loadtest/locustfile.py``
 headless with its stages squeezed into ``--duration``, writes ``<work-dir>/loadtest/``
 (``locust_stats.csv``, ``locust_stats_history.csv``, ``locust_failures.csv``,
@@ -127,11 +128,10 @@ def main(args: argparse.Namespace) -> int:
     """
     from loadtest.payload import load_encoded_test_images
     from serving.launch import LocalServer
-    from serving.versions import ModelVersionNotFoundError, find_latest_version
+    from serving.versions import ModelVersionNotFoundError, latest_published
 
-    base = args.work_dir / "models" / args.model_name
     try:
-        version, _ = find_latest_version(base)
+        version, base = latest_published(args.work_dir / "models" / args.model_name)
     except ModelVersionNotFoundError as exc:
         raise ConfigError(f"{exc}; run make demo first") from exc
     out = args.work_dir / "loadtest"

@@ -35,10 +35,10 @@ def data_dir() -> str | None:
 
 @pytest.fixture(scope="session")
 def model_base(tmp_path_factory) -> Path:
-    """``<work>/models/fashion-mnist`` holding version 1 of a ``cnn`` fitted briefly on 2,048
-    real training images (well above chance), laid out as ``make demo`` publishes it."""
-    from small_model import export_small_model
+    """``<work>/models/fashion-mnist/1``, the TF Serving base path of version 1 (``1/``, a
+    ``cnn`` fitted briefly on 2,048 real training images, well above chance), laid out as
+    ``make demo`` publishes it."""
+    from small_model import publish_small_model
 
-    base = tmp_path_factory.mktemp("work") / "models" / MODEL_NAME
-    export_small_model(base, version=1, train_examples=2048)
-    return base
+    models = tmp_path_factory.mktemp("work") / "models" / MODEL_NAME
+    return publish_small_model(models, version=1, train_examples=2048).parent

@@ -2,8 +2,9 @@
 
 :func:`export_small_model` builds a ``training.models`` model, fits it briefly on a slice of the
 real Fashion-MNIST training split (``$TFDS_DATA_DIR``) and exports it with
-``training.export.export_saved_model`` as ``<base>/<version>/``, the layout that selection
-publishes and TF Serving / :mod:`serving.model` read.
+``training.export.export_saved_model`` as ``<base>/<version>/``, the layout that TF Serving /
+:mod:`serving.model` read in a base path; :func:`publish_small_model` lays it out as selection
+publishes it (``<models-dir>/<N>/<N>/`` and ``<models-dir>/<N>/selection.json``).
 """
 
 from __future__ import annotations
@@ -54,6 +55,25 @@ def export_small_model(
     target.parent.mkdir(parents=True, exist_ok=True)
     export_saved_model(model, target)
     return target
+
+
+def publish_small_model(models_dir: str | Path, version: int = 1, **kwargs) -> Path:
+    """:func:`export_small_model` (``kwargs`` passed on) published as selection does it: the
+    SavedModel at ``<models_dir>/<version>/<version>/`` with the selection record beside it.
+
+    Returns:
+        The SavedModel directory; its parent is the version's TF Serving base path (what a
+        ``storageUri`` names).
+    """
+    import json
+
+    from fmnist_common import SELECTION_RECORD
+
+    base = Path(models_dir) / str(int(version))
+    saved = export_small_model(base, version, **kwargs)
+    record = {"version": int(version), "model": kwargs.get("model_type", "cnn"), "accuracy": None}
+    (base / SELECTION_RECORD).write_text(json.dumps(record) + "\n")
+    return saved
 
 
 # the top class's probability lead over the second that makes an image a fair test of decoding:

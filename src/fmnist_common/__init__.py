@@ -51,6 +51,8 @@ INPUT_NAME = "image_bytes"  # tf.string [None]: encoded JPEG/PNG, sent as {"b64"
 OUTPUT_NAME = "probabilities"  # tf.float32 [None, NUM_CLASSES], softmax in CLASS_NAMES order
 
 MAX_VERSION = 2**63 - 1  # TF Serving model versions are int64
+# beside a published version <models-dir>/N/N/: what selection chose, from which run, its accuracy
+SELECTION_RECORD = "selection.json"
 _VERSION_NAME = re.compile(r"[0-9]+")
 
 

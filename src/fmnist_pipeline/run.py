@@ -152,8 +152,9 @@ def keep_samples(jpegs: list[bytes], samples: Path) -> None:
         log.warning("the sample images were not kept in %s: %s", samples, exc)
 
 
-def serve_and_predict(work: Path, data_dir: str | None, n_images: int) -> list[dict]:
-    """Serve the published versions on loopback, classify ``n_images`` test images, stop.
+def serve_and_predict(base: Path, work: Path, data_dir: str | None, n_images: int) -> list[dict]:
+    """Serve ``base`` (the TF Serving base path of the version just published) on loopback,
+    classify ``n_images`` test images, stop.
 
     The JPEGs it sends are kept as ``<work>/reports/samples/test-NNNN.jpg`` (NNNN: the index in
     the test split), for trying ``python -m serving.client`` by hand.
@@ -172,7 +173,7 @@ def serve_and_predict(work: Path, data_dir: str | None, n_images: int) -> list[d
     images, labels = load_numpy("test", data_dir, n_images)
     jpegs = encode_images(images, "jpeg")
     server_log = work / "reports" / "server.log"
-    server = LocalServer(work / "models" / MODEL_NAME, log_path=server_log, ready_timeout=120)
+    server = LocalServer(base, log_path=server_log, ready_timeout=120)
     log.info("starting the model server (log: %s): %s", server_log, " ".join(server.command()))
     try:
         server.start()
@@ -294,7 +295,8 @@ def main(args: argparse.Namespace) -> int:
     predictions: list[dict] = []
     if not args.no_serve:
         log.info("== 4/5 serve and predict")
-        predictions = serve_and_predict(work, data_dir, args.predict_images)
+        base = Path(report["model_path"])
+        predictions = serve_and_predict(base, work, data_dir, args.predict_images)
 
     log.info("== 5/5 summary")
     dataset = tfds.builder(f"{DATASET_NAME}:{DATASET_VERSION}", data_dir=data_dir).data_dir

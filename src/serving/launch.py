@@ -1,7 +1,7 @@
 """Start ``python -m serving.server`` as a subprocess on a free loopback port (the local
 pipeline, local load tests, benchmarks, tests).
 
-    with LocalServer("work/models/fashion-mnist", log_path="work/reports/server.log") as server:
+    with LocalServer("work/models/fashion-mnist/1", log_path="work/reports/server.log") as server:
         predictions = serving.client.predict(server.url, images)
 """
 

@@ -1,7 +1,7 @@
 """Command line of the model server: KServe's ``ModelServer`` with :class:`FashionMnistModel`.
 
     python -m serving.server --model_name fashion-mnist \\
-        --model_base_path work/models/fashion-mnist --http_port 8080
+        --model_base_path work/models/fashion-mnist/1 --http_port 8080
 
 Endpoints (from KServe): ``GET /`` (liveness), ``GET /v1/models/<name>`` (readiness),
 ``POST /v1/models/<name>:predict`` (V1 protocol), ``GET /metrics`` (Prometheus).

@@ -4,12 +4,16 @@ Each candidate is a SavedModel directory ``<candidates-dir>/<model-type>/`` expo
 :mod:`training.train`. The test split is encoded exactly as a client sends it (JPEG by default,
 Pillow) and fed to the ``serving_default`` signature, so the accuracy measured here is the one
 the server delivers. The winner (highest accuracy, ties -> lower loss) is copied to a staging
-directory inside the serving base path and renamed to the next integer version::
+directory inside the models directory (``--serving-base-path``) and renamed to the next integer
+version, a TF Serving base path that holds that one version and its selection record::
 
-    <serving-base-path>/.staging-3-1a2b3c4d/   (invisible to TF Serving: not an integer)
-    <serving-base-path>/3/saved_model.pb       (after one atomic rename)
+    <serving-base-path>/.staging-3-1a2b3c4d/    (not a version: not an integer)
+    <serving-base-path>/3/3/saved_model.pb      (after one atomic rename)
+    <serving-base-path>/3/selection.json        (what was chosen, from which run, its accuracy)
 
-so a crash never leaves a partial version that TensorFlow Serving or KServe would load.
+so a crash never leaves a partial version that TensorFlow Serving or KServe would load. Which
+version serves is named in git (the InferenceService's ``storageUri``, ``.../fashion-mnist/3``;
+``scripts/promote.sh``), never "the highest on the volume" (:mod:`serving.versions`).
 Missing or corrupt candidates are reported and skipped; with no valid candidate (or none above
 ``--min-accuracy``) nothing is published and the exit code is 1.
 
@@ -39,6 +43,7 @@ from fmnist_common import (
     INPUT_NAME,
     MAX_VERSION,
     OUTPUT_NAME,
+    SELECTION_RECORD,
     SIGNATURE_KEY,
     parse_version,
 )
@@ -73,7 +78,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--serving-base-path",
         required=True,
-        help="TF Serving model base path; the winner becomes <path>/<next integer version>",
+        help="the models directory; the winner becomes <path>/<N>/<N>/ (N the next integer "
+        "version: a TF Serving base path holding that one version) with <path>/<N>/"
+        "selection.json",
     )
     p.add_argument("--report", required=True, help="JSON report to write")
     p.add_argument(
@@ -171,45 +178,62 @@ def check_run_id(path: Path, accepted: tuple[str, ...]) -> None:
         raise ValueError(f"stale candidate: trained by run {found!r}, not {wanted}")
 
 
+def _placeholder(path: Path) -> bool:
+    """An empty directory: what the kubelet makes for a ``storageUri`` subPath that names a
+    version before it is published (a promotion ahead of its run)."""
+    return path.is_dir() and not path.is_symlink() and not any(path.iterdir())
+
+
 def next_version(base: Path) -> int:
     """1 + the largest integer name (ASCII digits, file or directory) in ``base``; 1 if none.
+
+    An empty directory does not take its number (:func:`_placeholder`): publishing that number
+    replaces it.
 
     Raises:
         SelectionError: the next version would not fit TF Serving's int64 versions.
     """
-    names = [e.name for e in base.iterdir()] if base.exists() else []
-    versions = [v for v in map(parse_version, names) if v is not None]
-    version = max(versions, default=0) + 1
+    entries = list(base.iterdir()) if base.exists() else []
+    versions = [parse_version(e.name) for e in entries if not _placeholder(e)]
+    version = max((v for v in versions if v is not None), default=0) + 1
     if version > MAX_VERSION:
         raise SelectionError(f"next version {version} in {base} exceeds int64")
     return version
 
 
-def publish(candidate: Path, base: Path) -> tuple[int, Path]:
-    """Copy ``candidate`` to ``base/<next version>`` atomically (stage, then rename).
+def publish(candidate: Path, base: Path, record: dict | None = None) -> tuple[int, Path]:
+    """Copy ``candidate`` to ``base/<N>/<N>`` with ``record`` as ``base/<N>/selection.json``,
+    atomically (stage, then one rename); ``N`` is :func:`next_version`.
 
     First removes the ``.staging-*`` copies of selections that were killed while publishing
     (provably stale: see :mod:`training.leftovers`).
 
+    Args:
+        candidate: a SavedModel directory.
+        base: the models directory.
+        record: the selection record (``version`` is added).
+
     Returns:
-        ``(version, path)``.
+        ``(version, path)``: ``path`` is ``base/<N>``, the TF Serving base path of the version.
 
     Raises:
-        FileExistsError: another publisher took that version in the meantime.
+        SelectionError: another publisher took that version in the meantime.
+        FileNotFoundError: the copy holds no ``saved_model.pb``.
     """
     base.mkdir(parents=True, exist_ok=True)
     remove_stale_dirs(base, ".staging-*")  # copies of selections killed while publishing
     version = next_version(base)
     staging = make_owned_dir(base, f".staging-{version}-")
     try:
-        shutil.copytree(candidate, staging, dirs_exist_ok=True)
-        if not (staging / "saved_model.pb").is_file():
+        shutil.copytree(candidate, staging / str(version))
+        if not (staging / str(version) / "saved_model.pb").is_file():
             raise FileNotFoundError(f"staged copy {staging} has no saved_model.pb")
+        write_json_atomic(staging / SELECTION_RECORD, {**(record or {}), "version": version})
         target = base / str(version)
-        if target.exists():
+        if target.exists() and not _placeholder(target):
             raise SelectionError(f"version {version} appeared at {target} while publishing")
         release_dir(staging)  # its lock file must not be published
-        os.rename(staging, target)  # atomic on one filesystem
+        os.rename(staging, target)  # atomic on one filesystem; replaces an empty directory
     finally:
         release_dir(staging)
         if staging.exists():
@@ -276,7 +300,9 @@ def main(args: argparse.Namespace) -> dict:
                 f"< --min-accuracy {args.min_accuracy}"
             )
         write_json_atomic(Path(args.report), report)  # fail before publishing, not after
-        version, target = publish(Path(valid[best]["path"]), Path(args.serving_base_path))
+        record = {"model": best, "run_id": args.run_id and list(args.run_id), **valid[best]}
+        record.update(published_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+        version, target = publish(Path(valid[best]["path"]), Path(args.serving_base_path), record)
         report.update(version=version, published=True, model_path=str(target))
         log.info("published %s as version %d at %s", best, version, target)
     except Exception as exc:

@@ -11,8 +11,8 @@ import pytest
 
 @pytest.fixture(scope="session")
 def loadtest_work_dir(model_base):
-    """A work dir laid out like the pipeline's: ``models/fashion-mnist/1/saved_model.pb``."""
-    return model_base.parents[1]
+    """A work dir laid out like the pipeline's: ``models/fashion-mnist/1/1/saved_model.pb``."""
+    return model_base.parents[2]
 
 
 @pytest.fixture(scope="session")

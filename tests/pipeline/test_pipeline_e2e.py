@@ -29,7 +29,8 @@ def test_pipeline_end_to_end(tmp_path, data_dir):
     assert set(report["candidates"]) == set(CANDIDATES)  # the three TF variants and PyTorch
     assert {c["status"] for c in report["candidates"].values()} == {"ok"}
     assert report["chosen_model"] in CANDIDATES
-    assert (work / "models" / "fashion-mnist" / "1" / "saved_model.pb").is_file()
+    assert (work / "models" / "fashion-mnist" / "1" / "1" / "saved_model.pb").is_file()
+    assert (work / "models" / "fashion-mnist" / "1" / "selection.json").is_file()
     assert (work / "reports" / "training_curves.png").stat().st_size > 10_000
     # summary table: every model, the chosen version, predictions with true labels
     for name in CANDIDATES:

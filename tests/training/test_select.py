@@ -63,7 +63,15 @@ def test_picks_the_best_and_reports_every_candidate(tmp_path, candidates):
     assert c["cnn"]["accuracy"] > max(known.values())
     assert report["chosen_model"] == "cnn"
     assert report["version"] == 1 and report["published"]
-    assert (tmp_path / "models/fashion-mnist/1/saved_model.pb").is_file()
+    assert report["model_path"] == str(tmp_path / "models/fashion-mnist/1")
+    assert (tmp_path / "models/fashion-mnist/1/1/saved_model.pb").is_file()
+    record = json.loads((tmp_path / "models/fashion-mnist/1/selection.json").read_text())
+    assert (record["version"], record["model"]) == (1, "cnn")
+    assert record["accuracy"] == pytest.approx(c["cnn"]["accuracy"])
+    assert sorted(p.name for p in (tmp_path / "models/fashion-mnist/1").iterdir()) == [
+        "1",
+        "selection.json",
+    ]  # nothing else: no lock file, no staging leftovers
     on_disk = json.loads((tmp_path / "reports/selection.json").read_text())
     assert on_disk["chosen_model"] == "cnn" and on_disk["candidates"]["dropout"]["loss"] > 0
 
@@ -76,6 +84,22 @@ def test_next_run_publishes_the_next_integer_version(tmp_path, candidates):
     assert run(tmp_path, root)["version"] == 1
     assert run(tmp_path, root)["version"] == 2
     assert sorted(p.name for p in base.iterdir() if p.name.isdigit()) == ["1", "2"]
+
+
+def test_an_empty_version_directory_is_published_into(tmp_path, candidates):
+    """The kubelet makes an empty directory for a storageUri subPath that names a version not
+    published yet (a promotion ahead of its run): it does not take its number, and the next
+    publication of that number replaces it; an empty directory further on stays as it is."""
+    root, _ = candidates
+    base = tmp_path / "models" / "fashion-mnist"
+    (base / "1").mkdir(parents=True)
+    (base / "3").mkdir()
+    report = run(tmp_path, root)
+    assert report["version"] == 1 and (base / "1" / "1" / "saved_model.pb").is_file()
+    assert run(tmp_path, root)["version"] == 2
+    assert not any((base / "3").iterdir())
+    shutil.rmtree(base / "2" / "2")  # a version directory that is not empty keeps its number
+    assert run(tmp_path, root)["version"] == 3 and (base / "3" / "3" / "saved_model.pb").is_file()
 
 
 def test_corrupt_and_missing_candidates_are_reported_and_skipped(tmp_path, candidates):
@@ -200,11 +224,13 @@ def test_version_numbering_ignores_junk_and_counts_integer_files(tmp_path):
     base = tmp_path / "base"
     base.mkdir()
     (base / "4").mkdir()
+    (base / "4" / "x").write_text("")
     (base / "5").write_text("not a model, but version 5 is taken")
+    (base / "8").mkdir()  # empty: not taken (test_an_empty_version_directory_is_published_into)
     (base / "\u00b2").mkdir()  # a unicode digit: not a version
     (base / ".staging-9-abc").mkdir()
     assert selection.next_version(base) == 6
-    (base / str(2**63 - 1)).mkdir()
+    (base / str(2**63 - 1)).write_text("")
     with pytest.raises(selection.SelectionError, match="int64"):
         selection.next_version(base)
 
