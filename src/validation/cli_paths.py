@@ -11,7 +11,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from fmnist_common import CANDIDATES
+from fmnist_common import CANDIDATES, MAX_VERSION, parse_version
 from validation.argo import PLACEHOLDER, WORKFLOW_KINDS, workflow_spec
 from validation.core import Context, Hit, Obj, check, dig
 from validation.pods import checked
@@ -85,7 +85,8 @@ def cli_flags(ctx: Context) -> Iterator[Hit]:
 
 @check("paths")
 def paths(ctx: Context) -> Iterator[Hit]:
-    """Training output = selection input; publish path = storageUri; paths on existing PVCs."""
+    """Training output = selection input; storageUri = one version where selection publishes
+    (``<--serving-base-path>/<N>``); paths on existing PVCs."""
     cmds = [c for c in commands(ctx) if isinstance(c, Command)]
     pvcs = {(o.namespace, o.name) for o in ctx.kinds("PersistentVolumeClaim")}
     at: dict[tuple[int, str], tuple[str, str]] = {}  # (command, option) -> (claim, sub path)
@@ -115,8 +116,14 @@ def paths(ctx: Context) -> Iterator[Hit]:
             claim, sub, field = m.group(1), m.group(2).strip("/"), "spec.predictor.model.storageUri"
             if pvcs and (o.namespace, claim) not in pvcs:
                 yield o, field, f"PVC {claim} not in the manifests"
+            sub, _, version = sub.rpartition("/")
+            if not 1 <= (parse_version(version) or 0) <= MAX_VERSION:
+                msg = f"storageUri {uri} does not end in the model version it serves, /<N> "
+                msg += f"(ASCII digits, 1 to {MAX_VERSION}): set the overlay's model-version"
+                yield o, field, msg
             for pub in published - {(claim, sub)}:
-                msg = f"storageUri {uri} is not where selection publishes (pvc://{pub[0]}/{pub[1]})"
+                msg = f"storageUri {uri} is not a version where selection publishes "
+                msg += f"(pvc://{pub[0]}/{pub[1]}/<N>)"
                 yield o, field, msg
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from validation.main import run
+from validation.main import expand, run
 from validation.schemas import kubeconform_path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -100,5 +100,9 @@ def broken(tmp_path, sources):
         def check(self, *kusts: str):
             """Findings of the validator on these kustomizations (default base/ml)."""
             return run(tmp_path, list(kusts) or ["base/ml"], **sources)[0]
+
+        def render(self, kust: str):
+            """The objects one kustomization renders (the validator's expansion)."""
+            return expand(run(tmp_path, [kust], **sources)[1][kust])
 
     return Tree()

@@ -131,6 +131,21 @@ def test_gpu_cloud_values(full_run):
     assert by_name(wt["templates"], "train-all")["parallelism"] == 4  # 16 GPUs at once
 
 
+@pytest.mark.parametrize("overlay", ["local-k3d", "gpu-cloud"])
+def test_the_served_version_is_the_overlays_model_version(overlay, broken):
+    """The storageUri names exactly the version of the overlay's ``model-version`` (one
+    version's base path, never the directory of every version) and the canary's share is
+    ``canary-traffic-percent``, as integers (issue 50 items 1 and 3)."""
+    env = f"overlays/{overlay}/environment.yaml"
+    broken.replace(env, 'model-version: "1"', 'model-version: "42"')
+    broken.replace(env, 'canary-traffic-percent: "100"', 'canary-traffic-percent: "20"')
+    objs = broken.render(f"overlays/{overlay}")
+    (isvc,) = [o for o in objs if o.kind == "InferenceService" and not o.embedded_in]
+    pred = isvc.doc["spec"]["predictor"]
+    assert pred["model"]["storageUri"] == "pvc://fashion-mnist-pvc/models/fashion-mnist/42"
+    assert pred["canaryTrafficPercent"] == 20
+
+
 def test_argocd_apps_per_environment(full_run):
     _, rendered = full_run
     for env in ("local-k3d", "gpu-cloud"):

@@ -120,10 +120,29 @@ def test_training_output_must_be_selection_input(broken):
 
 
 def test_storage_uri_must_be_published_path(broken):
-    uri = "pvc://fashion-mnist-pvc/models/other"
+    uri = "pvc://fashion-mnist-pvc/models/other/1"
     broken.edit(ISVC, lambda d: predictor(d)["model"].update(storageUri=uri))
     (f,) = only(broken.check(), "paths")
     assert (f.file, f.obj, f.field) == (ISVC, ISVC_REF, "spec.predictor.model.storageUri")
+    assert "not a version where selection publishes" in f.message
+
+
+@pytest.mark.parametrize("version", ["0", "v2", "1.5", "", "-3", "9223372036854775808", "1/2", "٣"])
+def test_the_overlays_model_version_must_be_a_version(broken, version):
+    """``make validate`` refuses an overlay whose ``model-version`` is not a TF Serving version
+    (ASCII digits, 1 to int64): the rendered storageUri must end in one (issue 50 item 2)."""
+    env = "overlays/local-k3d/environment.yaml"
+    broken.replace(env, 'model-version: "1"', f"model-version: {json.dumps(version)}")
+    hits = only(broken.check("overlays/local-k3d"), "paths")
+    assert hits and all(f.field == "spec.predictor.model.storageUri" for f in hits)
+    reasons = ("does not end in the model version it serves", "not a version where selection")
+    assert any(r in hits[0].message for r in reasons), hits[0].message  # 1/2: models/.../1 is not
+
+
+def test_the_overlays_model_version_names_the_served_path(broken):
+    env = "overlays/gpu-cloud/environment.yaml"
+    broken.replace(env, 'model-version: "1"', 'model-version: "12"')
+    assert not [f for f in broken.check("overlays/gpu-cloud") if f.check == "paths"]
 
 
 def test_path_not_on_the_pvc(broken):
