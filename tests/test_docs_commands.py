@@ -141,6 +141,17 @@ def check_apt(cmd: DocCommand) -> None:
         assert package in ci, f"apt package {package} documented but not installed by .ci/run"
 
 
+def check_git(cmd: DocCommand) -> None:
+    """A git subcommand that exists, each of its options in its own usage (``git SUB -h``)."""
+    sub = cmd.words[1]
+    usage = _run(["git", sub, "-h"])
+    text = usage.stdout + usage.stderr
+    assert usage.returncode == 129 and f"git {sub}" in text, f"git {sub}: {text[-300:]}"
+    for flag in _flags(cmd.words[2:]):
+        negated = flag.startswith("--no-") and f"--[no-]{flag[5:]}" in text  # git's own form
+        assert flag in text or negated, f"git {sub}: option {flag} is not in its usage"
+
+
 def checker_for(cmd: DocCommand):
     """The checker of a documented command's program; None when nobody checks it."""
     program = cmd.program
@@ -160,6 +171,8 @@ def checker_for(cmd: DocCommand):
         return check_curl
     if program == "apt-get":
         return check_apt
+    if program == "git":
+        return check_git
     if program in PLAIN_SHELL:
         return lambda c: None
     return None
@@ -191,6 +204,10 @@ def test_unknown_option_is_caught():
         check_locust(bad)
     with pytest.raises(AssertionError):
         check_make(DocCommand("x", 1, (), ("make", "no-such-target")))
+    with pytest.raises(AssertionError, match="no-such"):
+        check_git(DocCommand("x", 1, (), ("git", "revert", "--no-such-flag", "HEAD")))
+    with pytest.raises(AssertionError):
+        check_git(DocCommand("x", 1, (), ("git", "promote", "HEAD")))
     with pytest.raises(AssertionError):
         check_python(DocCommand("x", 1, (), (PY, "-m", "serving.client", "--no-such-flag")))
 

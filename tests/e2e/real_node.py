@@ -93,7 +93,7 @@ def seeded_volume(namespace: str) -> Path:
     shutil.copytree(src, root / "tfds", dirs_exist_ok=True)
     chown_tree(root)
     # the mode k3s' local-path provisioner gives a volume (`mkdir -m 0777`): the kubelet makes a
-    # pod's missing subPath (KServe's pvc://.../models/fashion-mnist, before any version exists)
+    # pod's missing subPath (KServe's pvc://.../models/fashion-mnist/1, before it is published)
     # with the volume's mode, owned by root; under 0755 the pipeline (UID 1000) could not publish
     root.chmod(0o777)
     return root

@@ -709,7 +709,7 @@ def test_the_published_version_is_served_and_the_ml_app_is_healthy(
         ingress_url(kubectl) + predict_path(MODEL_NAME), predict_body(images), host
     )
     assert status == 200, answer
-    version = real_node.volume_root(ML_NAMESPACE) / "models" / "fashion-mnist" / "1"
+    version = real_node.volume_root(ML_NAMESPACE) / "models" / "fashion-mnist" / "1" / "1"
     sig = tf.saved_model.load(str(version)).signatures[SIGNATURE_KEY]
     expected = sig(**{INPUT_NAME: tf.constant(images)})[OUTPUT_NAME].numpy()
     np.testing.assert_allclose(np.asarray(answer["predictions"]), expected, atol=1e-5)
@@ -735,6 +735,150 @@ def test_the_published_version_is_served_and_the_ml_app_is_healthy(
     isvc = kubectl.json("get", "inferenceservice", "fashion-mnist", "-n", ML_NAMESPACE)
     print(f"\nat zero pods: modelStatus {isvc['status'].get('modelStatus')}")
     assert gitops.state(gitops.app(kubectl, ML_APP))[1] == "Healthy", gitops.describe(kubectl)
+
+
+# --- promotion, rollback and canary: which version serves is a commit -------------------------
+
+
+def _models(ns: str = ML_NAMESPACE) -> Path:
+    return real_node.volume_root(ns) / "models" / "fashion-mnist"
+
+
+def _outputs(version: int, images: list[bytes]):
+    """Version ``version``'s serving signature called in-process on ``images`` (float [N, 10])."""
+    import tensorflow as tf
+
+    path = _models() / str(version) / str(version)
+    sig = tf.saved_model.load(str(path)).signatures[SIGNATURE_KEY]
+    return sig(**{INPUT_NAME: tf.constant(images)})[OUTPUT_NAME].numpy()
+
+
+class Answers:
+    """One-image V1 predict requests through Traefik, each answer told apart by the version
+    whose signature outputs it equals (``None``: a failed request or an answer of neither)."""
+
+    def __init__(self, kubectl: Kubectl, expected: dict) -> None:
+        from loadtest.payload import load_encoded_test_images
+
+        isvc = kubectl.json("get", "inferenceservice", "fashion-mnist", "-n", ML_NAMESPACE)
+        self.host = isvc["status"]["url"].split("://", 1)[1]
+        self.url = ingress_url(kubectl) + predict_path(MODEL_NAME)
+        self.images = load_encoded_test_images(1, "jpeg")[0]
+        self.expected = {v: _outputs(v, self.images) for v in expected}
+
+    def one(self) -> tuple[int, int | None]:
+        """``(HTTP status or 0, version)`` of one request."""
+        import numpy as np
+
+        try:
+            status, answer, _ = post(self.url, predict_body(self.images), self.host, timeout=30)
+        except OSError:  # refused, reset, timed out
+            return 0, None
+        got = np.asarray(answer.get("predictions", []), dtype=float)
+        for version, want in self.expected.items():
+            if status == 200 and got.shape == want.shape and np.allclose(got, want, atol=1e-4):
+                return status, version
+        return status, None
+
+    def wait_for(self, version: int, in_a_row: int = 10, timeout: float = 420) -> None:
+        """Until ``in_a_row`` answers in a row come from ``version``."""
+        streak = []
+
+        def settled():
+            streak.append(self.one()[1] == version)
+            return len(streak) >= in_a_row and all(streak[-in_a_row:])
+
+        wait_until(settled, timeout=timeout, interval=0.2, what=f"version {version} answering")
+
+
+def _promote(setup: GitOps, kubectl: Kubectl, kubeconfig: Path, *args: str) -> tuple[str, float]:
+    """scripts/promote.sh ARGS in the user's clone (its cluster form: the version is checked
+    on the volume by a pod), then the push; ``(revision, push start)``."""
+    git("pull", "--quiet", "--rebase", "origin", "main", cwd=setup.user)
+    env = {**os.environ, **gitops.AUTHOR, "KUBECTL": kubectl.binary, "KUBECONFIG": str(kubeconfig)}
+    proc = subprocess.run(
+        ["bash", "scripts/promote.sh", "local-k3d", *args],
+        cwd=setup.user, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    rev = git("rev-parse", "HEAD", cwd=setup.user).strip()
+    t0 = time.monotonic()
+    pushed = gitops.push(setup.user)
+    assert pushed.returncode == 0, pushed.stderr
+    return rev, t0
+
+
+def test_promotion_rollback_and_canary_are_commits(
+    loop: dict, setup: GitOps, kubectl: Kubectl, kubeconfig: Path
+):
+    """Which version serves is git's: version 2 (published beside the pipeline's version 1,
+    other weights) is refused by promote.sh before it is on the volume; promoted, it answers
+    every request; ``git revert`` of that commit, pushed while requests flow, brings version 1
+    back with no failed request; a canary of version 2 at 20 % answers 10-30 % of 500
+    requests, and its finish every request (issue 50 items 1-3)."""
+    import threading
+
+    from small_model import publish_small_model
+
+    refused = subprocess.run(
+        ["bash", "scripts/promote.sh", "local-k3d", "2", "--no-commit"],
+        cwd=setup.user, capture_output=True, text=True, timeout=300,
+        env={**os.environ, "KUBECTL": kubectl.binary, "KUBECONFIG": str(kubeconfig)},
+    )  # fmt: skip
+    assert refused.returncode == 1 and "version 2 is not published" in refused.stderr, (
+        refused.stderr
+    )
+    publish_small_model(_models(), 2, train_examples=0, seed=7)
+    real_node.chown_tree(_models() / "2")
+    answers = Answers(kubectl, [1, 2])
+    answers.wait_for(1, in_a_row=3)
+
+    promoted, t0 = _promote(setup, kubectl, kubeconfig, "2")
+    answers.wait_for(2)
+    MEASURED["promotion_push_to_new_version_s"] = round(time.monotonic() - t0, 1)
+    isvc = kubectl.json("get", "inferenceservice", "fashion-mnist", "-n", ML_NAMESPACE)
+    assert isvc["spec"]["predictor"]["model"]["storageUri"].endswith("/models/fashion-mnist/2")
+
+    seen: list[tuple[float, int, int | None]] = []
+    stop = threading.Event()
+
+    def load():
+        while not stop.is_set():
+            status, version = answers.one()
+            seen.append((time.monotonic(), status, version))
+
+    git("pull", "--quiet", "--rebase", "origin", "main", cwd=setup.user)
+    git("revert", "--no-edit", promoted, cwd=setup.user, env=gitops.AUTHOR)
+    thread = threading.Thread(target=load, daemon=True)
+    thread.start()
+    try:
+        t0 = time.monotonic()
+        pushed = gitops.push(setup.user)
+        assert pushed.returncode == 0, pushed.stderr
+        wait_until(lambda: [v for _, _, v in seen[-10:]] == [1] * 10, timeout=420,
+                   what="version 1 back after the revert")  # fmt: skip
+    finally:
+        stop.set()
+        thread.join(timeout=60)
+    failed = [(round(t - t0, 1), status) for t, status, _ in seen if status != 200]
+    first_old = next(t for t, _, v in seen if t > t0 and v == 1)
+    MEASURED["rollback_push_to_old_version_s"] = round(first_old - t0, 1)
+    MEASURED["rollback_requests"] = len(seen)
+    assert not failed, (
+        f"{len(failed)} of {len(seen)} requests failed during the rollback: {failed[:10]}"
+    )
+    assert {v for _, _, v in seen} <= {1, 2}
+
+    _promote(setup, kubectl, kubeconfig, "2", "--canary", "20")
+    answers.wait_for(2, in_a_row=1)
+    time.sleep(5)  # the split in the Route: KServe sets both targets in one update
+    share = [answers.one()[1] for _ in range(500)]
+    MEASURED["canary_20_share"] = round(share.count(2) / len(share), 3)
+    assert set(share) <= {1, 2}, sorted(set(map(str, share)))
+    assert 0.10 <= share.count(2) / len(share) <= 0.30, MEASURED["canary_20_share"]
+    _promote(setup, kubectl, kubeconfig, "--finish")
+    answers.wait_for(2, in_a_row=30)
+    print(f"\npromotion measurements: {MEASURED}")
 
 
 # --- the data outlives any sync and the Application: the volume with every model version -----

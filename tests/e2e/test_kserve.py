@@ -89,7 +89,8 @@ def test_inference_service_reconciled_with_pvc_mount_and_logger(
     template = {c["name"] for c in deploy["spec"]["template"]["spec"]["containers"]}
     assert "agent" in containers and "agent" not in template, (sorted(containers), template)
 
-    # pvc://fashion-mnist-pvc/models/fashion-mnist: the PVC itself, mounted read-only
+    # pvc://fashion-mnist-pvc/models/fashion-mnist/<N>: the PVC, its subPath the version named,
+    # mounted read-only
     claim, sub_path = model["storageUri"].removeprefix("pvc://").split("/", 1)
     vols = {v["name"]: v for v in pod["spec"]["volumes"]}
     assert vols["kserve-pvc-source"]["persistentVolumeClaim"]["claimName"] == claim

@@ -362,7 +362,7 @@ def test_the_readme_pipeline_runs_every_step_on_real_pods(kubectl, kubeconfig, d
     status = {k: c["status"] for k, c in report["candidates"].items()}
     assert status == {"cnn": "ok", "dropout": "ok", "batch_norm": "ok", "pytorch": "ok"}
     assert report["chosen_model"] in status, report
-    assert (root / "models" / "fashion-mnist" / "1" / "saved_model.pb").is_file()
+    assert (root / "models" / "fashion-mnist" / "1" / "1" / "saved_model.pb").is_file()
     assert sorted(p.name for p in (root / "models" / "fashion-mnist").iterdir()) == ["1"]
     served = kubectl.json("get", "inferenceservice", "fashion-mnist", "-n", ns,
                           "--show-managed-fields")  # fmt: skip

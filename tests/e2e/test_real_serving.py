@@ -15,11 +15,12 @@ What stands in: TF Serving. Its image cannot be had here (no ``tensorflow_model_
 Debian, PyPI or the Go proxy), so the predictor runs the project's own KServe ModelServer from the
 pipeline image through the namespaced ServingRuntime hack/e2e/serving-runtime.yaml. That server
 is held to TF Serving's V1 REST contract by tests/serving/test_serving_parity.py; it loads the
-highest version at start (no polling for new ones) and has no gRPC port.
+version in the directory the storageUri names and has no gRPC port.
 
-The model is the pipeline's own export (training.export, as selection publishes it): version 1
-with untrained weights and version 2 briefly trained, so that an answer of version 2's signature
-shows that the highest version was loaded.
+The model is the pipeline's own export (training.export, laid out as selection publishes it):
+version 1 with untrained weights and version 2 briefly trained, both on the volume, and the
+storageUri names version 2, so that an answer of version 2's signature shows that the version
+named (and only it) was loaded.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ import sys
 import time
 import urllib.request
 import uuid
+from pathlib import Path
 
 import controllers
 import pytest
@@ -114,26 +116,35 @@ def served_isvc(isvc: dict, namespace: str, runtime: str) -> dict:
     return out
 
 
+def publish_two_versions(root: Path, uri: str) -> tuple[str, Path]:
+    """Versions 1 (untrained) and 2 (briefly trained) published as selection does on the
+    volume at ``root``, where the overlay's ``uri`` (``pvc://CLAIM/PATH/N``) points:
+    ``(the storageUri naming version 2, version 2's SavedModel directory)``."""
+    from small_model import publish_small_model
+
+    claim, sub_path = uri.removeprefix("pvc://").split("/", 1)
+    models = sub_path.rsplit("/", 1)[0]
+    publish_small_model(root / models, 1, train_examples=0, seed=7)
+    saved = publish_small_model(root / models, 2, train_examples=2048, seed=0)
+    return f"pvc://{claim}/{models}/2", saved
+
+
 @pytest.fixture(scope="module")
 def served(kubectl, kubeconfig, overlay, platform) -> dict:
     """The InferenceService PredictorReady on the real node, with message-dumper, versions 1
     and 2 of the model on its PVC. Yields ``namespace``, ``name``, ``url`` (the predictor
     Service), ``svc`` (that Service) and ``version_dir`` (version 2)."""
-    from small_model import export_small_model
-
     real_node.node_name()
     ns = create_namespace(kubectl, f"e2e-serving-{uuid.uuid4().hex[:6]}")
     real_node.opt_in(kubectl, ns)
     try:
         root = real_node.seeded_volume(ns)
         isvc = one(overlay, "InferenceService")
-        uri = isvc["spec"]["predictor"]["model"]["storageUri"]
-        claim, sub_path = uri.removeprefix("pvc://").split("/", 1)
+        uri, version_dir = publish_two_versions(
+            root, isvc["spec"]["predictor"]["model"]["storageUri"]
+        )
         pvc = one(overlay, "PersistentVolumeClaim")
-        assert pvc["metadata"]["name"] == claim
-        base = root / sub_path
-        export_small_model(base, version=1, train_examples=0, seed=7)
-        version_dir = export_small_model(base, version=2, train_examples=2048, seed=0)
+        assert pvc["metadata"]["name"] == uri.removeprefix("pvc://").split("/", 1)[0]
         real_node.chown_tree(root)
         controllers.provide_volume(kubeconfig, pvc, ns, root)
 
@@ -143,6 +154,7 @@ def served(kubectl, kubeconfig, overlay, platform) -> dict:
         runtime["spec"]["containers"][0]["image"] = real_node.ml_image(overlay)
         kubectl.apply(runtime)
         obj = served_isvc(isvc, ns, runtime["metadata"]["name"])
+        obj["spec"]["predictor"]["model"]["storageUri"] = uri
         kubectl.apply(obj)
         name = obj["metadata"]["name"]
         dumper_ready(kubectl, ns)

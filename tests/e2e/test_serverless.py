@@ -45,6 +45,7 @@ from test_real_serving import (
     dumper_events,
     dumper_ksvc,
     dumper_ready,
+    publish_two_versions,
 )
 
 from fmnist_common import (
@@ -111,23 +112,18 @@ def served(kubectl, kubeconfig, overlay, platform, ingress) -> dict:
     """The overlay's InferenceService Ready in Serverless mode with message-dumper, versions 1
     and 2 of the model on its PVC. Yields ``namespace``, ``name``, ``host`` (its URL's host, the
     Host header Traefik routes on), ``isvc`` (as applied) and ``version_dir`` (version 2)."""
-    from small_model import export_small_model
-
     real_node.node_name()
     ns = create_namespace(kubectl, f"e2e-serverless-{uuid.uuid4().hex[:6]}")
     real_node.opt_in(kubectl, ns)
     try:
         root = real_node.seeded_volume(ns)
         isvc = one(overlay, "InferenceService")
-        claim, sub_path = (
-            isvc["spec"]["predictor"]["model"]["storageUri"].removeprefix("pvc://").split("/", 1)
+        uri, version_dir = publish_two_versions(
+            root, isvc["spec"]["predictor"]["model"]["storageUri"]
         )
-        base = root / sub_path
-        export_small_model(base, version=1, train_examples=0, seed=7)
-        version_dir = export_small_model(base, version=2, train_examples=2048, seed=0)
         real_node.chown_tree(root)
         pvc = one(overlay, "PersistentVolumeClaim")
-        assert pvc["metadata"]["name"] == claim
+        assert pvc["metadata"]["name"] == uri.removeprefix("pvc://").split("/", 1)[0]
         controllers.provide_volume(kubeconfig, pvc, ns, root)
 
         kubectl.apply(dumper_ksvc(overlay, ns))
@@ -136,6 +132,7 @@ def served(kubectl, kubeconfig, overlay, platform, ingress) -> dict:
         runtime["spec"]["containers"][0]["image"] = real_node.ml_image(overlay)
         kubectl.apply(runtime)
         obj = serverless_isvc(isvc, ns, runtime["metadata"]["name"])
+        obj["spec"]["predictor"]["model"]["storageUri"] = uri
         kubectl.apply(obj)
         name = obj["metadata"]["name"]
         try:

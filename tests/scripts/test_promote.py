@@ -1,0 +1,181 @@
+"""scripts/promote.sh: a promotion, a canary and its end are commits of one environment value,
+made only for a version that selection published (issue 50 items 2 and 3).
+
+Each test runs the script in a git clone of this repository's scripts and overlays, against a
+models directory laid out as selection publishes (``<N>/<N>/saved_model.pb`` beside
+``<N>/selection.json``); the cluster form reads the same files through a pod and runs in the
+e2e (tests/e2e/test_argocd.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+ENV_FILE = "overlays/local-k3d/environment.yaml"
+GIT_ENV = {
+    "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com",
+    "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.com",
+}  # fmt: skip
+
+
+def git(clone: Path, *args: str) -> str:
+    env = {**os.environ, **GIT_ENV}
+    return subprocess.run(
+        ["git", *args], cwd=clone, env=env, check=True, capture_output=True, text=True
+    ).stdout
+
+
+@pytest.fixture
+def clone(tmp_path) -> Path:
+    """A git repository holding this one's scripts, versions.env and overlays, committed."""
+    root = tmp_path / "repo"
+    root.mkdir()
+    for name in ("scripts", "overlays"):
+        shutil.copytree(REPO / name, root / name)
+    shutil.copy(REPO / "versions.env", root)
+    git(root, "init", "-q", "-b", "main")
+    git(root, "add", ".")
+    git(root, "commit", "-q", "-m", "initial")
+    return root
+
+
+@pytest.fixture
+def models(tmp_path) -> Path:
+    """Versions 1-3 published (records and SavedModel files), 7 only an empty directory (what
+    the kubelet makes for a storageUri ahead of its run), 8 a SavedModel without a record."""
+    root = tmp_path / "models" / "fashion-mnist"
+    for v in (1, 2, 3):
+        (root / str(v) / str(v)).mkdir(parents=True)
+        (root / str(v) / str(v) / "saved_model.pb").write_bytes(b"pb")
+        record = {"version": v, "model": "cnn", "accuracy": 0.9}
+        (root / str(v) / "selection.json").write_text(json.dumps(record))
+    (root / "7").mkdir()
+    (root / "8" / "8").mkdir(parents=True)
+    (root / "8" / "8" / "saved_model.pb").write_bytes(b"pb")
+    return root
+
+
+def promote(clone: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, **GIT_ENV, "KUBECONFIG": str(clone / "no-cluster")}
+    return subprocess.run(
+        ["bash", str(clone / "scripts" / "promote.sh"), *args],
+        cwd=clone, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+
+
+def values(clone: Path) -> tuple[str, str]:
+    data = yaml.safe_load((clone / ENV_FILE).read_text())["data"]
+    return data["model-version"], data["canary-traffic-percent"]
+
+
+def commits(clone: Path) -> list[str]:
+    return git(clone, "log", "--format=%s").splitlines()
+
+
+def test_a_promotion_is_one_commit_of_the_environment_value(clone, models):
+    proc = promote(clone, "local-k3d", "2", "--models-dir", str(models))
+    assert proc.returncode == 0, proc.stderr
+    assert values(clone) == ("2", "100")
+    assert commits(clone)[0] == "promote local-k3d: serve model version 2 (was 1)"
+    assert git(clone, "show", "--name-only", "--format=", "HEAD").split() == [ENV_FILE]
+    assert "passed selection" in proc.stderr and "next: git push" in proc.stderr
+    # every comment and other value of the file kept: the diff is the one line
+    diff = git(clone, "diff", "HEAD~", "HEAD", "-U0", "--", ENV_FILE)
+    assert [x for x in diff.splitlines() if x[:1] in "+-" and x[:3] not in ("+++", "---")] == [
+        '-  model-version: "1"', '+  model-version: "2"'
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("version", "reason"),
+    [
+        ("5", "version 5 is not published"),  # nothing there
+        ("7", "version 7 is not published"),  # an empty directory
+        ("8", "version 8 has no readable selection record"),  # not published by selection
+        ("v2", "ASCII digits, 1 to"),
+        ("0", "ASCII digits, 1 to"),
+        ("9223372036854775808", "ASCII digits, 1 to"),
+    ],
+)
+def test_a_version_that_selection_did_not_publish_is_refused(clone, models, version, reason):
+    proc = promote(clone, "local-k3d", version, "--models-dir", str(models))
+    assert proc.returncode == 1 and reason in proc.stderr, proc.stderr
+    assert values(clone) == ("1", "100") and commits(clone) == ["initial"]
+
+
+def test_canary_then_finish(clone, models):
+    proc = promote(clone, "local-k3d", "3", "--canary", "20", "--models-dir", str(models))
+    assert proc.returncode == 0, proc.stderr
+    assert values(clone) == ("3", "20")
+    assert commits(clone)[0] == "promote local-k3d: canary of model version 3 at 20 % (the rest: 1)"
+    refused = promote(clone, "local-k3d", "2", "--models-dir", str(models))
+    assert refused.returncode == 1 and "--finish or --abort it first" in refused.stderr
+    proc = promote(clone, "local-k3d", "--finish")
+    assert proc.returncode == 0, proc.stderr
+    assert values(clone) == ("3", "100")
+    again = promote(clone, "local-k3d", "--finish")
+    assert again.returncode == 1 and "no canary running" in again.stderr
+
+
+def test_abort_goes_back_to_the_version_before_the_canary(clone, models):
+    assert promote(clone, "local-k3d", "2", "--models-dir", str(models)).returncode == 0
+    assert (
+        promote(clone, "local-k3d", "3", "--canary", "5", "--models-dir", str(models)).returncode
+        == 0
+    )
+    (clone / "README").write_text("a later commit that does not touch the environment")
+    git(clone, "add", "README")
+    git(clone, "commit", "-q", "-m", "unrelated")
+    proc = promote(clone, "local-k3d", "--abort")
+    assert proc.returncode == 0, proc.stderr
+    assert values(clone) == ("2", "100")
+    assert commits(clone)[0] == "promote local-k3d: abort the canary of model version 3, back to 2"
+
+
+def test_a_revert_of_the_promotion_commit_is_the_rollback(clone, models):
+    assert promote(clone, "local-k3d", "2", "--models-dir", str(models)).returncode == 0
+    assert promote(clone, "local-k3d", "3", "--models-dir", str(models)).returncode == 0
+    git(clone, "revert", "--no-edit", "HEAD")
+    assert values(clone) == ("2", "100")
+
+
+@pytest.mark.parametrize(
+    ("args", "reason"),
+    [
+        (["1", "--models-dir", "x"], "already serves version 1"),
+        (["2", "--canary", "100"], "a whole percent from 1 to 99"),
+        (["2", "--canary", "0"], "a whole percent from 1 to 99"),
+        (["--finish", "--canary", "5"], "--canary needs a PERCENT and a VERSION"),
+        (["--frobnicate"], "VERSION (or --finish/--abort) comes after ENV"),
+    ],
+)
+def test_usage_errors_change_nothing(clone, args, reason):
+    proc = promote(clone, "local-k3d", *args)
+    assert reason in proc.stderr, proc.stderr
+    assert proc.returncode == (0 if "already" in reason else 1)
+    assert values(clone) == ("1", "100") and commits(clone) == ["initial"]
+
+
+def test_an_unknown_environment_and_an_edited_file_are_refused(clone, models):
+    proc = promote(clone, "staging", "2", "--models-dir", str(models))
+    assert proc.returncode == 1 and "no environment 'staging'" in proc.stderr
+    env = clone / ENV_FILE
+    env.write_text(env.read_text() + "  # an edit not committed\n")
+    proc = promote(clone, "local-k3d", "2", "--models-dir", str(models))
+    assert proc.returncode == 1 and "differs from git's HEAD" in proc.stderr
+    assert commits(clone) == ["initial"]
+
+
+def test_without_a_models_dir_the_cluster_is_asked_and_its_absence_named(clone):
+    proc = promote(clone, "local-k3d", "2")
+    assert proc.returncode == 1, proc.stderr
+    assert values(clone) == ("1", "100") and commits(clone) == ["initial"]
+    assert "refused" in proc.stderr or "kubectl" in proc.stderr, proc.stderr
