@@ -10,7 +10,8 @@ project's TensorFlow computes in-process.
     python bench/tf_serving_compat.py [--tf-serving-version 2.20.0] [--model-dir DIR]
 
 Default version: the ``runtimeVersion`` pinned in ``base/ml/serving/inferenceservice.yaml``.
-Default model: the highest version under ``work/models/fashion-mnist`` (``make demo``), else a
+Default model: the highest version published under ``work/models/fashion-mnist`` (``make
+demo``), else a
 ``--model-type`` (``batch_norm``) exported on the fly, trained briefly when ``$TFDS_DATA_DIR``
 holds the dataset.
 Inputs: real test images when the dataset is there (else synthetic ones) in every JPEG/PNG kind

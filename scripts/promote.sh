@@ -136,7 +136,10 @@ case "${ACTION}" in
     if [[ -n "${MODELS_DIR}" ]]; then
       record="$("${PYTHON}" -c "${CHECK_PY}" "${MODELS_DIR}" "${VERSION}")" || die "refused: see above"
     else
-      record="$(record_in_cluster "${VERSION}")" || die "refused: version ${VERSION} on the cluster's volume (see above)"
+      # the pod's stderr may reach stdout (kubectl run shows a pod that ended before it attached
+      # by its log): said in the refusal
+      record="$(record_in_cluster "${VERSION}")" \
+        || die "refused, as read on the cluster's volume: ${record:-(no output; see above)}"
     fi
     log "version ${VERSION} passed selection: ${record}"
     set_value model-version "${VERSION}"

@@ -11,7 +11,8 @@ model server's request path can import it cheaply. Each fact is stated here once
   :data:`OUTPUT_NAME`;
 * the version-directory rule of TF Serving / KServe: a published model lives in
   ``<base path>/<version>/`` where the directory name is ASCII digits only
-  (:func:`parse_version`), and the highest version is served;
+  (:func:`parse_version`), and the highest version in a base path is served (selection
+  publishes each version as a base path of its own, :mod:`serving.versions`);
 * the KServe V1 (TF Serving "row" format) API: :func:`model_path`, :func:`predict_path` and
   :func:`predict_body`;
 * local processes (training replicas, the model server) listen on :data:`LOOPBACK` ports

@@ -207,12 +207,13 @@ def _load_balancer_address(kubectl: Kubectl) -> None:
 
 def _node_images_for_git(kubectl: Kubectl, overlay: list[dict]) -> None:
     """TF Serving's stand-in (hack/e2e/serving-runtime.yaml: the project's ModelServer, which
-    loads the highest version at its start) for the InferenceService that Argo CD syncs from
-    git, which names KServe's ClusterServingRuntime ``kserve-tensorflow-serving`` and its
-    ``runtimeVersion``: a namespaced ServingRuntime of that name, which KServe v0.20.0 takes
-    first (utils.GetServingRuntime), and the pipeline image also under the tag that
-    ``runtimeVersion`` gives it (utils.UpdateImageTag); and message-dumper's digest-pinned
-    image, the node's event_display build under that name. Git's objects stay as they are."""
+    loads the version in the base path the storageUri names) for the InferenceService that
+    Argo CD syncs from git, which names KServe's ClusterServingRuntime
+    ``kserve-tensorflow-serving`` and its ``runtimeVersion``: a namespaced ServingRuntime of
+    that name, which KServe v0.20.0 takes first (utils.GetServingRuntime), and the pipeline
+    image also under the tag that ``runtimeVersion`` gives it (utils.UpdateImageTag); and
+    message-dumper's digest-pinned image, the node's event_display build under that name.
+    Git's objects stay as they are."""
     model = one(overlay, "InferenceService")["spec"]["predictor"]["model"]
     image = real_node.ml_image(overlay)
     assert ":" in image.rsplit("/", 1)[-1], f"{image}: a tagged reference is what KServe retags"
@@ -878,6 +879,32 @@ def test_promotion_rollback_and_canary_are_commits(
     assert 0.10 <= share.count(2) / len(share) <= 0.30, MEASURED["canary_20_share"]
     _promote(setup, kubectl, kubeconfig, "--finish")
     answers.wait_for(2, in_a_row=30)
+
+    # a version that is not on the volume, forced into git past promote.sh: the revision that
+    # names it fails with the server's reason, the one before keeps answering
+    _edit_environment(setup.user, "model-version", "9")
+    forced, _, _ = _push_change(setup, "force model version 9, not published")
+    gitops.wait_synced(kubectl, ML_APP, forced, timeout=RECONCILIATION_S * 3)
+
+    def failed_revision():
+        ksvc = kubectl.json("get", "ksvc", "fashion-mnist-predictor", "-n", ML_NAMESPACE)
+        name = ksvc["status"].get("latestCreatedRevisionName")
+        rev = kubectl.json("get", "revision", name, "-n", ML_NAMESPACE)
+        if "models/fashion-mnist/9" not in json.dumps(rev["metadata"]):  # KServe's source-uri
+            return None
+        conds = (rev.get("status") or {}).get("conditions", [])
+        return [c for c in conds if c["status"] == "False" and "version" in c.get("message", "")]
+
+    try:
+        why = wait_until(failed_revision, timeout=300, what="the revision of version 9 failed")
+    except AssertionError as e:
+        raise AssertionError(f"{e}\n{why_not_ready(kubectl, ML_NAMESPACE)}") from None
+    assert "no version directory" in json.dumps(why), why
+    answers.wait_for(2, in_a_row=10)  # still version 2, from the revision before
+    git("revert", "--no-edit", forced, cwd=setup.user, env=gitops.AUTHOR)
+    pushed = gitops.push(setup.user)
+    assert pushed.returncode == 0, pushed.stderr
+    answers.wait_for(2, in_a_row=10)
     print(f"\npromotion measurements: {MEASURED}")
 
 
