@@ -4,6 +4,8 @@ its rounds, networks, scoring and summary."""
 from __future__ import annotations
 
 import collections
+import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -31,18 +33,30 @@ def test_every_recipe_builds_and_gives_10_logits(number):
 
 def test_a_run_is_scored_plain_mirrored_and_over_10_views():
     """One epoch on 512 random images: every score is a fraction, for the weights and their
-    moving average."""
-    import torch
-
-    gen = torch.Generator().manual_seed(0)
-    data = (
-        torch.randint(0, 256, (512, 1, 28, 28), generator=gen).float(),
-        torch.randint(0, 10, (512,), generator=gen),
-        torch.randint(0, 256, (256, 1, 28, 28), generator=gen).float(),
-        torch.randint(0, 10, (256,), generator=gen),
+    moving average. In a fresh interpreter: torch's optimiser imports triton on its first step,
+    which aborts the process when a test before it on the same worker loaded TensorFlow."""
+    code = """
+import json, sys
+import torch
+sys.path.insert(0, sys.argv[1])
+import recipe_screen
+gen = torch.Generator().manual_seed(0)
+data = (
+    torch.randint(0, 256, (512, 1, 28, 28), generator=gen).float(),
+    torch.randint(0, 10, (512,), generator=gen),
+    torch.randint(0, 256, (256, 1, 28, 28), generator=gen).float(),
+    torch.randint(0, 10, (256,), generator=gen),
+)
+cfg = {"name": "t", "seed": 1, "epochs": 1, "batch": 128, "ema": 0.9, "arch": {"stem": 8}}
+out = recipe_screen.train_and_score(cfg, data, "cpu")
+print(json.dumps({"raw": out["raw"], "ema_acc": out["ema_acc"]}))
+"""
+    bench = str(Path(recipe_screen.__file__).parent)
+    proc = subprocess.run(
+        [sys.executable, "-c", code, bench], capture_output=True, text=True, timeout=600
     )
-    cfg = {"name": "t", "seed": 1, "epochs": 1, "batch": 128, "ema": 0.9, "arch": {"stem": 8}}
-    out = recipe_screen.train_and_score(cfg, data, "cpu")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
     for scores in (out["raw"], out["ema_acc"]):
         assert set(scores) == {"jpeg", "jpeg_tta", "jpeg_tta10"}
         assert all(0.0 <= v <= 1.0 for v in scores.values()), scores
