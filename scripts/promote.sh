@@ -8,6 +8,7 @@ usage() {
   cat <<USAGE
 usage: scripts/promote.sh ENV VERSION [--canary PERCENT] [--models-dir DIR] [--no-commit]
        scripts/promote.sh ENV --finish | --abort [--no-commit]
+       scripts/promote.sh ENV --list [--models-dir DIR]
 Sets model-version (and canary-traffic-percent) in overlays/ENV/environment.yaml and commits
 that one file; push it and Argo CD syncs it. VERSION must be published by selection: its
 record models/fashion-mnist/VERSION/selection.json and its SavedModel VERSION/VERSION/ are read
@@ -16,6 +17,8 @@ volume (a short pod of the pipeline's image in namespace ${NAMESPACE}).
 --canary PERCENT (1-99): the new version gets about PERCENT % of the requests, the version
   serving now the rest (KServe's canary rollout); --finish then sends it every request,
   --abort goes back to the version before the canary (read from git's history).
+--list: every published version with its selection record (model, accuracy, when, run), the
+  one that git names marked.
 Rollback of a promotion: git revert <its commit>, then push.
 USAGE
 }
@@ -26,6 +29,7 @@ ACTION=promote VERSION="" CANARY=100 MODELS_DIR="" COMMIT=true
 case "$1" in
   --finish) ACTION=finish; shift ;;
   --abort) ACTION=abort; shift ;;
+  --list) ACTION=list; shift ;;
   -*) usage >&2; die "VERSION (or --finish/--abort) comes after ENV, got $1" ;;
   *) VERSION="$1"; shift ;;
 esac
@@ -36,7 +40,7 @@ while [[ $# -gt 0 ]]; do
       CANARY="$2"; shift 2
       [[ "${CANARY}" =~ ^[1-9][0-9]?$ ]] || die "--canary ${CANARY}: a whole percent from 1 to 99" ;;
     --models-dir)
-      [[ $# -ge 2 && "${ACTION}" == promote ]] || die "--models-dir needs a DIR and a VERSION"
+      [[ $# -ge 2 && "${ACTION}" =~ ^(promote|list)$ ]] || die "--models-dir needs a DIR, and a VERSION or --list"
       MODELS_DIR="$2"; shift 2 ;;
     --no-commit) COMMIT=false; shift ;;
     -h | --help) usage; exit 0 ;;
@@ -86,9 +90,26 @@ if got != int(v):
 print(json.dumps(record))
 '
 
-# record_in_cluster VERSION: the record read by a pod of the pipeline's image that mounts the
-# volume the live InferenceService serves from (read-only).
-record_in_cluster() {
+# The published versions, one line each (tab-separated): version, model, accuracy, when, runs.
+LIST_PY='
+import json, pathlib, re, sys
+models = pathlib.Path(sys.argv[1])
+found = [d for d in (models.iterdir() if models.is_dir() else ())
+         if re.fullmatch("[0-9]+", d.name) and (d / d.name / "saved_model.pb").is_file()]
+for d in sorted(found, key=lambda d: int(d.name)):
+    try:
+        r = json.loads((d / "selection.json").read_text())
+    except (OSError, ValueError):
+        r = {}
+    acc = r.get("accuracy")
+    acc = f"{acc:.4f}" if isinstance(acc, float) else "-"
+    runs = ",".join(r.get("run_id") or []) or "-"
+    print("\t".join([d.name, str(r.get("model", "-")), acc, str(r.get("published_at", "-")), runs]))
+'
+
+# on_volume PROGRAM [ARGS]: python PROGRAM MODELS-DIR ARGS, run by a pod of the pipeline's image
+# that mounts (read-only) the volume the live InferenceService serves from; its output.
+on_volume() {
   local uri image claim path overrides
   kubectl_for_cluster
   uri="$("${KUBECTL}" get inferenceservice fashion-mnist -n "${NAMESPACE}" \
@@ -101,11 +122,11 @@ record_in_cluster() {
     || die "cannot read the pipeline's image from workflowtemplate/${PIPELINE}"
   overrides="$("${PYTHON}" -c '
 import json, sys
-claim, path, image, version, check = sys.argv[1:]
+claim, path, image, program, *args = sys.argv[1:]
 restricted = {"allowPrivilegeEscalation": False, "runAsNonRoot": True,
               "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"}}
 container = {"name": "check", "image": image, "imagePullPolicy": "IfNotPresent",
-             "command": ["python", "-c", check, "/mnt/shared/" + path, version],
+             "command": ["python", "-c", program, "/mnt/shared/" + path, *args],
              "resources": {"requests": {"cpu": "50m", "memory": "64Mi"},
                            "limits": {"cpu": "500m", "memory": "256Mi"}},
              "securityContext": restricted,
@@ -113,19 +134,31 @@ container = {"name": "check", "image": image, "imagePullPolicy": "IfNotPresent",
 print(json.dumps({"spec": {"containers": [container], "restartPolicy": "Never",
     "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
     "volumes": [{"name": "shared", "persistentVolumeClaim": {"claimName": claim, "readOnly": True}}]}}))
-' "${claim}" "${path}" "${image}" "$1" "${CHECK_PY}")"
+' "${claim}" "${path}" "${image}" "$@")"
   "${KUBECTL}" run "promote-check-$$" -n "${NAMESPACE}" --image="${image}" --restart=Never \
     --rm -i --quiet --pod-running-timeout=3m --override-type=merge --overrides="${overrides}" \
     --command -- true
 }
 
-git -C "${REPO_ROOT}" diff --quiet HEAD -- "${FILE}" 2>/dev/null \
+[[ "${ACTION}" == list ]] || git -C "${REPO_ROOT}" diff --quiet HEAD -- "${FILE}" 2>/dev/null \
   || die "${FILE} differs from git's HEAD (or is not in git): commit or discard that first"
 current="$(version_number "$(value model-version)")"
 share="$(value canary-traffic-percent)"
 [[ "${share}" =~ ^[0-9]+$ && "${share}" -ge 1 && "${share}" -le 100 ]] \
   || die "${FILE}: canary-traffic-percent '${share}' is not 1 to 100"
 case "${ACTION}" in
+  list)
+    if [[ -n "${MODELS_DIR}" ]]; then rows="$("${PYTHON}" -c "${LIST_PY}" "${MODELS_DIR}")"
+    else rows="$(on_volume "${LIST_PY}")" || die "cannot list the cluster's volume: ${rows:-see above}"; fi
+    printf 'VERSION\tMODEL\tACCURACY\tPUBLISHED\tRUNS\tSERVED (%s)\n' "${FILE}"
+    while IFS=$'\t' read -r v rest; do
+      [[ -n "${v}" ]] || continue
+      mark=""
+      if [[ "${v}" == "${current}" ]]; then mark="model-version"; fi
+      if [[ -n "${mark}" && "${share}" != 100 ]]; then mark+=" (canary at ${share} %)"; fi
+      printf '%s\t%s\t%s\n' "${v}" "${rest}" "${mark}"
+    done <<<"${rows}"
+    exit 0 ;;
   promote)
     VERSION="$(version_number "${VERSION}")"
     [[ "${VERSION}" != "${current}" || "${CANARY}" != "${share}" ]] \
@@ -138,7 +171,7 @@ case "${ACTION}" in
     else
       # the pod's stderr may reach stdout (kubectl run shows a pod that ended before it attached
       # by its log): said in the refusal
-      record="$(record_in_cluster "${VERSION}")" \
+      record="$(on_volume "${CHECK_PY}" "${VERSION}")" \
         || die "refused, as read on the cluster's volume: ${record:-(no output; see above)}"
     fi
     log "version ${VERSION} passed selection: ${record}"

@@ -179,3 +179,29 @@ def test_without_a_models_dir_the_cluster_is_asked_and_its_absence_named(clone):
     assert proc.returncode == 1, proc.stderr
     assert values(clone) == ("1", "100") and commits(clone) == ["initial"]
     assert "refused" in proc.stderr or "kubectl" in proc.stderr, proc.stderr
+
+
+def test_list_shows_each_published_version_and_the_one_git_names(clone, models):
+    """``--list``: one row per version selection published (not the empty directory 7, and 8
+    without its record shown with dashes), the version of ``model-version`` marked, its canary
+    share too; listing needs no clean environment file and changes nothing."""
+    proc = promote(clone, "local-k3d", "--list", "--models-dir", str(models))
+    assert proc.returncode == 0, proc.stderr
+    header, *rows = proc.stdout.splitlines()
+    assert header.split("\t")[:3] == ["VERSION", "MODEL", "ACCURACY"]
+    table = {r.split("\t")[0]: r.split("\t") for r in rows}
+    assert sorted(table, key=int) == ["1", "2", "3", "8"]
+    assert table["1"][1:3] == ["cnn", "0.9000"] and table["1"][-1] == "model-version"
+    assert table["2"][-1] == "" and table["8"][1:3] == ["-", "-"]
+    assert (
+        promote(clone, "local-k3d", "3", "--canary", "20", "--models-dir", str(models)).returncode
+        == 0
+    )
+    (clone / ENV_FILE).write_text((clone / ENV_FILE).read_text() + "# not committed\n")
+    table = {
+        r.split("\t")[0]: r.split("\t")
+        for r in promote(
+            clone, "local-k3d", "--list", "--models-dir", str(models)
+        ).stdout.splitlines()
+    }
+    assert table["3"][-1] == "model-version (canary at 20 %)" and table["1"][-1] == ""
