@@ -16,7 +16,8 @@ from DIR (--models-dir, e.g. work/models/fashion-mnist of make demo) or else fro
 volume (a short pod of the pipeline's image in namespace ${NAMESPACE}).
 --canary PERCENT (1-99): the new version gets about PERCENT % of the requests, the version
   serving now the rest (KServe's canary rollout); --finish then sends it every request,
-  --abort goes back to the version before the canary (read from git's history).
+  --abort names the version before the canary again (read from git's history) with a share
+  of 0 (KServe's rollback: every request at once to the revision that served before).
 --list: every published version with its selection record (model, accuracy, when, run), the
   one that git names marked.
 Rollback of a promotion: git revert <its commit>, then push.
@@ -49,14 +50,33 @@ while [[ $# -gt 0 ]]; do
 done
 FILE="overlays/${ENV_NAME}/environment.yaml"
 
-# value KEY [TEXT]: KEY's quoted value in the environment file (or in TEXT), one line only.
+# lookup KEY TEXT: KEY's quoted value in TEXT (an environment file), one line only; else status 1.
+lookup() {
+  local lines
+  lines="$(sed -nE "s/^  $1: \"([^\"]*)\"[[:space:]]*$/\1/p" <<<"$2")"
+  [[ -n "${lines}" && "${lines}" != *$'\n'* ]] && echo "${lines}"
+}
+
+# value KEY: KEY's value in the environment file, or a one-line error.
 value() {
-  local text lines
-  if [[ $# -ge 2 ]]; then text="$2"; else text="$(<"${REPO_ROOT}/${FILE}")"; fi
-  lines="$(sed -nE "s/^  $1: \"([^\"]*)\"[[:space:]]*$/\1/p" <<<"${text}")"
-  [[ -n "${lines}" && "${lines}" != *$'\n'* ]] \
+  lookup "$1" "$(<"${REPO_ROOT}/${FILE}")" \
     || die "${FILE}: no single line '  $1: \"...\"' (the environment's value, quoted)"
-  echo "${lines}"
+}
+
+# no_canary SHARE: true when SHARE sends every request to one revision: 100 (the latest) or 0
+# (KServe's rollback: the last one rolled out, the state --abort leaves).
+no_canary() { [[ "$1" == 100 || "$1" == 0 ]]; }
+
+# canary_start: the newest commit of the environment file that started a canary (its share 1-99,
+# its parent's none); the version before the canary is its parent's model-version.
+canary_start() {
+  local c now parent
+  while read -r c; do
+    now="$(lookup canary-traffic-percent "$(git -C "${REPO_ROOT}" show "${c}:${FILE}")")" || continue
+    parent="$(lookup canary-traffic-percent "$(git -C "${REPO_ROOT}" show "${c}^:${FILE}" 2>/dev/null)")" || continue
+    if ! no_canary "${now}" && no_canary "${parent}"; then echo "${c}"; return 0; fi
+  done < <(git -C "${REPO_ROOT}" log -n 500 --format=%H -- "${FILE}")
+  return 1
 }
 
 # set_value KEY VALUE: rewrite that one line, keeping every comment and key around it.
@@ -136,16 +156,16 @@ print(json.dumps({"spec": {"containers": [container], "restartPolicy": "Never",
     "volumes": [{"name": "shared", "persistentVolumeClaim": {"claimName": claim, "readOnly": True}}]}}))
 ' "${claim}" "${path}" "${image}" "$@")"
   "${KUBECTL}" run "promote-check-$$" -n "${NAMESPACE}" --image="${image}" --restart=Never \
-    --rm -i --quiet --pod-running-timeout=3m --override-type=merge --overrides="${overrides}" \
+    --rm -i --quiet --pod-running-timeout=10m --override-type=merge --overrides="${overrides}" \
     --command -- true
 }
 
 [[ "${ACTION}" == list ]] || git -C "${REPO_ROOT}" diff --quiet HEAD -- "${FILE}" 2>/dev/null \
   || die "${FILE} differs from git's HEAD (or is not in git): commit or discard that first"
-current="$(version_number "$(value model-version)")"
+current="$(value model-version)"
+[[ "${current}" =~ ^[1-9][0-9]*$ ]] || die "${FILE}: model-version '${current}' is not a version (digits, no leading 0)"
 share="$(value canary-traffic-percent)"
-[[ "${share}" =~ ^[0-9]+$ && "${share}" -ge 1 && "${share}" -le 100 ]] \
-  || die "${FILE}: canary-traffic-percent '${share}' is not 1 to 100"
+[[ "${share}" =~ ^(0|[1-9][0-9]?|100)$ ]] || die "${FILE}: canary-traffic-percent '${share}' is not 0 to 100"
 case "${ACTION}" in
   list)
     if [[ -n "${MODELS_DIR}" ]]; then rows="$("${PYTHON}" -c "${LIST_PY}" "${MODELS_DIR}")"
@@ -155,17 +175,20 @@ case "${ACTION}" in
       [[ -n "${v}" ]] || continue
       mark=""
       if [[ "${v}" == "${current}" ]]; then mark="model-version"; fi
-      if [[ -n "${mark}" && "${share}" != 100 ]]; then mark+=" (canary at ${share} %)"; fi
+      if [[ -n "${mark}" ]] && ! no_canary "${share}"; then mark+=" (canary at ${share} %)"; fi
       printf '%s\t%s\t%s\n' "${v}" "${rest}" "${mark}"
     done <<<"${rows}"
     exit 0 ;;
   promote)
     VERSION="$(version_number "${VERSION}")"
-    [[ "${VERSION}" != "${current}" || "${CANARY}" != "${share}" ]] \
-      || { log "${ENV_NAME} already serves version ${VERSION} (canary ${share} %): nothing to commit"; exit 0; }
-    [[ "${share}" == 100 ]] \
+    if [[ "${VERSION}" == "${current}" ]]; then
+      if no_canary "${share}" && [[ "${CANARY}" == 100 ]]; then
+        log "${ENV_NAME} already serves version ${VERSION}: nothing to commit"; exit 0
+      fi
+      die "${ENV_NAME} names version ${VERSION} already (canary-traffic-percent ${share}): a canary needs another version"
+    fi
+    no_canary "${share}" \
       || die "${ENV_NAME} has a canary running (version ${current} at ${share} %): --finish or --abort it first"
-    [[ "${VERSION}" != "${current}" ]] || die "${ENV_NAME} serves version ${VERSION} already: a canary needs another version"
     if [[ -n "${MODELS_DIR}" ]]; then
       record="$("${PYTHON}" -c "${CHECK_PY}" "${MODELS_DIR}" "${VERSION}")" || die "refused: see above"
     else
@@ -180,20 +203,26 @@ case "${ACTION}" in
     if [[ "${CANARY}" == 100 ]]; then msg="promote ${ENV_NAME}: serve model version ${VERSION} (was ${current})"
     else msg="promote ${ENV_NAME}: canary of model version ${VERSION} at ${CANARY} % (the rest: ${current})"; fi ;;
   finish)
-    [[ "${share}" != 100 ]] || die "${ENV_NAME} has no canary running (canary-traffic-percent is 100)"
+    no_canary "${share}" && die "${ENV_NAME} has no canary running (canary-traffic-percent is ${share})"
     set_value canary-traffic-percent 100
     msg="promote ${ENV_NAME}: finish the canary, every request to model version ${current}" ;;
   abort)
-    [[ "${share}" != 100 ]] || die "${ENV_NAME} has no canary running (canary-traffic-percent is 100)"
-    rev="$(git -C "${REPO_ROOT}" log -n1 --format=%H -G '^  model-version:' -- "${FILE}")"
-    [[ -n "${rev}" ]] || die "no commit in git's history set model-version in ${FILE}"
-    before="$(git -C "${REPO_ROOT}" show "${rev}^:${FILE}")" || die "cannot read ${FILE} before ${rev}"
-    previous="$(version_number "$(value model-version "${before}")")"
+    # the version before the canary, with a share of 0: KServe's rollback sends every request at
+    # once to the revision rolled out before the canary (with 100, the canary's revision would
+    # take them all until the new revision of the old version is ready)
+    no_canary "${share}" && die "${ENV_NAME} has no canary running (canary-traffic-percent is ${share})"
+    rev="$(canary_start)" || die "no commit in ${FILE}'s history started this canary (a share below 100 after none)"
+    previous="$(lookup model-version "$(git -C "${REPO_ROOT}" show "${rev}^:${FILE}")")" \
+      || die "cannot read model-version in ${FILE} before ${rev}"
+    [[ "${previous}" =~ ^[1-9][0-9]*$ && "${previous}" != "${current}" ]] \
+      || die "the version before the canary (${previous}, before ${rev:0:12}) is no other version than ${current}"
     set_value model-version "${previous}"
-    set_value canary-traffic-percent 100
+    set_value canary-traffic-percent 0
     msg="promote ${ENV_NAME}: abort the canary of model version ${current}, back to ${previous}" ;;
 esac
 if [[ "${COMMIT}" == false ]]; then log "edited ${FILE} (not committed): ${msg}"; exit 0; fi
+git -C "${REPO_ROOT}" symbolic-ref -q HEAD >/dev/null \
+  || { git -C "${REPO_ROOT}" checkout -q -- "${FILE}"; die "detached HEAD: check out the branch Argo CD follows first"; }
 git -C "${REPO_ROOT}" commit -q -m "${msg}" -- "${FILE}" || die "git commit of ${FILE} failed (see above)"
 log "committed: ${msg}"
 log "next: git push (Argo CD syncs it; scripts/deploy.sh ${ENV_NAME} without Argo CD)"

@@ -339,13 +339,17 @@ def training_deadline(ctx: Context) -> Iterator[Hit]:
 
 
 ENVIRONMENT_COMPONENT = "base/ml/environment/kustomization.yaml"
+#: Bounds of the integer environment values that are not "at least 1": a canary's share of the
+#: requests (KServe's canaryTrafficPercent: 0 is its rollback, 100 every request to the latest).
+INTEGER_BOUNDS = {"canary-traffic-percent": (0, 100)}
 
 
 def environment_problems(root) -> list[tuple[str, str]]:
     """(file, message) for each value of an ``overlays/<env>/environment.yaml`` that the
     component ``base/ml/environment`` copies into an integer field of Argo's (a target outside
-    ``spec.arguments.parameters``: ``parallelism``, ``activeDeadlineSeconds``) and that is no
-    whole number of at least 1. kustomize's own error ("cannot decode !!str `two` as a !!int")
+    ``spec.arguments.parameters``: ``parallelism``, ``activeDeadlineSeconds``, the
+    InferenceService's ``storageUri`` version and ``canaryTrafficPercent``) and that is no whole
+    number of at least 1 (:data:`INTEGER_BOUNDS`: other bounds), written without leading zeros. kustomize's own error ("cannot decode !!str `two` as a !!int")
     names neither the key nor the file."""
     root = Path(root)
     try:
@@ -370,6 +374,11 @@ def environment_problems(root) -> list[tuple[str, str]]:
         rel = str(env.relative_to(root))
         for key in integer_keys:
             value = data.get(key)
-            if value is not None and not re.fullmatch(r"[1-9][0-9]*", str(value)):
-                problems.append((rel, f"{key}: {value!r} is not a whole number of at least 1"))
+            low, high = INTEGER_BOUNDS.get(key, (1, None))
+            number = int(value) if re.fullmatch(r"0|[1-9][0-9]*", str(value)) else None
+            if value is not None and (
+                number is None or number < low or (high is not None and number > high)
+            ):
+                span = f"from {low} to {high}" if high is not None else f"of at least {low}"
+                problems.append((rel, f"{key}: {value!r} is not a whole number {span}"))
     return problems

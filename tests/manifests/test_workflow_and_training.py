@@ -372,3 +372,31 @@ def test_an_integer_environment_value_that_is_no_whole_number_names_its_key_and_
     (hit,) = only(broken.check("overlays/local-k3d"), "environment")
     assert hit.file == env, hit.format()
     assert hit.message == f"training-parallelism: {value!r} is not a whole number of at least 1"
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "span"),
+    [
+        ("canary-traffic-percent", "150", "from 0 to 100"),
+        ("canary-traffic-percent", "-5", "from 0 to 100"),
+        ("canary-traffic-percent", "050", "from 0 to 100"),
+        ("model-version", "007", "of at least 1"),
+        ("model-version", "0", "of at least 1"),
+    ],
+)
+def test_the_served_versions_values_are_bounded(broken, key, value, span):
+    """``model-version`` and ``canary-traffic-percent`` (integers in the InferenceService) are
+    refused out of their range, naming the key and the file: a share above 100 would reach KServe
+    unchecked, and ``007`` names a directory selection never makes (it publishes ``7``)."""
+    env = "overlays/gpu-cloud/environment.yaml"
+    old = {"canary-traffic-percent": '"100"', "model-version": '"1"'}[key]
+    broken.replace(env, f"{key}: {old}", f'{key}: "{value}"')
+    hits = only(broken.check("overlays/gpu-cloud"), "environment")
+    assert [h.message for h in hits] == [f"{key}: {value!r} is not a whole number {span}"]
+    assert hits[0].file == env
+
+
+def test_a_canary_share_of_0_or_100_is_accepted(broken):
+    env = "overlays/gpu-cloud/environment.yaml"
+    broken.replace(env, 'canary-traffic-percent: "100"', 'canary-traffic-percent: "0"')
+    assert [f for f in broken.check("overlays/gpu-cloud") if f.check == "environment"] == []

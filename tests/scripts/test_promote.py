@@ -126,18 +126,53 @@ def test_canary_then_finish(clone, models):
 
 
 def test_abort_goes_back_to_the_version_before_the_canary(clone, models):
+    """The version before the canary with a share of 0 (KServe's rollback: every request at once
+    to the revision that served before), found from the commit that started the canary, however
+    many commits came after it (an unrelated one, a hand edit of the canary's version, a
+    whitespace change of the line)."""
     assert promote(clone, "local-k3d", "2", "--models-dir", str(models)).returncode == 0
-    assert (
-        promote(clone, "local-k3d", "3", "--canary", "5", "--models-dir", str(models)).returncode
-        == 0
-    )
+    proc = promote(clone, "local-k3d", "3", "--canary", "5", "--models-dir", str(models))
+    assert proc.returncode == 0, proc.stderr
     (clone / "README").write_text("a later commit that does not touch the environment")
-    git(clone, "add", "README")
-    git(clone, "commit", "-q", "-m", "unrelated")
+    env = clone / ENV_FILE
+    env.write_text(env.read_text().replace('model-version: "3"', 'model-version: "1"'))
+    git(clone, "add", "README", ENV_FILE)
+    git(clone, "commit", "-q", "-m", "unrelated, and a hand edit of the canary's version")
+    env.write_text(
+        env.read_text().replace('canary-traffic-percent: "5"', 'canary-traffic-percent: "5" ')
+    )
+    git(clone, "commit", "-q", "-am", "whitespace")
     proc = promote(clone, "local-k3d", "--abort")
     assert proc.returncode == 0, proc.stderr
-    assert values(clone) == ("2", "100")
-    assert commits(clone)[0] == "promote local-k3d: abort the canary of model version 3, back to 2"
+    assert values(clone) == ("2", "0")
+    assert commits(clone)[0] == "promote local-k3d: abort the canary of model version 1, back to 2"
+    again = promote(clone, "local-k3d", "--abort")
+    assert (
+        again.returncode == 1 and "no canary running (canary-traffic-percent is 0)" in again.stderr
+    )
+    assert promote(clone, "local-k3d", "2", "--models-dir", str(models)).returncode == 0  # as is
+    assert commits(clone)[0].startswith("promote local-k3d: abort")
+    proc = promote(clone, "local-k3d", "3", "--models-dir", str(models))  # on from the rollback
+    assert proc.returncode == 0, proc.stderr
+    assert values(clone) == ("3", "100")
+
+
+def test_abort_without_a_canary_start_in_history_is_refused(clone, models):
+    env = clone / ENV_FILE
+    env.write_text(
+        env.read_text().replace('canary-traffic-percent: "100"', 'canary-traffic-percent: "30"')
+    )
+    git(clone, "commit", "-q", "-am", "a canary by hand, version unchanged")
+    proc = promote(clone, "local-k3d", "--abort")
+    assert proc.returncode == 1 and "is no other version than 1" in proc.stderr, proc.stderr
+    assert values(clone) == ("1", "30")
+
+
+def test_a_detached_head_is_refused_and_the_file_left_as_it_was(clone, models):
+    git(clone, "checkout", "-q", "--detach")
+    proc = promote(clone, "local-k3d", "2", "--models-dir", str(models))
+    assert proc.returncode == 1 and "detached HEAD" in proc.stderr
+    assert values(clone) == ("1", "100") and commits(clone) == ["initial"]
 
 
 def test_a_revert_of_the_promotion_commit_is_the_rollback(clone, models):
@@ -151,6 +186,8 @@ def test_a_revert_of_the_promotion_commit_is_the_rollback(clone, models):
     ("args", "reason"),
     [
         (["1", "--models-dir", "x"], "already serves version 1"),
+        (["1", "--canary", "20"], "a canary needs another version"),
+        (["001", "--models-dir", "x"], "already serves version 1"),
         (["2", "--canary", "100"], "a whole percent from 1 to 99"),
         (["2", "--canary", "0"], "a whole percent from 1 to 99"),
         (["--finish", "--canary", "5"], "--canary needs a PERCENT and a VERSION"),
