@@ -23,31 +23,31 @@ volume (a short pod of the pipeline's image in namespace ${NAMESPACE}).
 Rollback of a promotion: git revert <its commit>, then push.
 USAGE
 }
-if wants_help "${1:-}"; then usage; exit 0; fi
-[[ $# -ge 2 ]] || { usage >&2; die "ENV and VERSION (or --finish/--abort) are required"; }
+for arg in "$@"; do if wants_help "${arg}"; then usage; exit 0; fi; done
+[[ $# -ge 2 ]] || { usage >&2; die "ENV and VERSION (or --finish, --abort, --list) are required"; }
 ENV_NAME="$(environment "$1")"; shift
-ACTION=promote VERSION="" CANARY=100 MODELS_DIR="" COMMIT=true
-case "$1" in
-  --finish) ACTION=finish; shift ;;
-  --abort) ACTION=abort; shift ;;
-  --list) ACTION=list; shift ;;
-  -*) usage >&2; die "VERSION (or --finish/--abort) comes after ENV, got $1" ;;
-  *) VERSION="$1"; shift ;;
-esac
+ACTION="" VERSION="" CANARY="" MODELS_DIR="" COMMIT=true
+# action: the one of VERSION, --finish, --abort, --list given (options go before or after it)
+action() { [[ -z "${ACTION}" ]] || die "one of VERSION, --finish, --abort, --list (got ${ACTION} and $2)"; ACTION="$1"; }
 while [[ $# -gt 0 ]]; do
   case "$1" in
+    --finish | --abort | --list) action "${1#--}" "$1"; shift ;;
     --canary)
-      [[ $# -ge 2 && "${ACTION}" == promote ]] || die "--canary needs a PERCENT and a VERSION"
+      [[ $# -ge 2 ]] || die "--canary needs a PERCENT"
       CANARY="$2"; shift 2
       [[ "${CANARY}" =~ ^[1-9][0-9]?$ ]] || die "--canary ${CANARY}: a whole percent from 1 to 99" ;;
     --models-dir)
-      [[ $# -ge 2 && "${ACTION}" =~ ^(promote|list)$ ]] || die "--models-dir needs a DIR, and a VERSION or --list"
+      [[ $# -ge 2 ]] || die "--models-dir needs a DIR"
       MODELS_DIR="$2"; shift 2 ;;
     --no-commit) COMMIT=false; shift ;;
-    -h | --help) usage; exit 0 ;;
-    *) usage >&2; die "unknown argument $1" ;;
+    -*) usage >&2; die "unknown option $1" ;;
+    *) action promote "$1"; VERSION="$1"; shift ;;
   esac
 done
+[[ -n "${ACTION}" ]] || { usage >&2; die "VERSION (or --finish, --abort, --list) is required"; }
+[[ -z "${CANARY}" || "${ACTION}" == promote ]] || die "--canary goes with a VERSION, not --${ACTION}"
+[[ -z "${MODELS_DIR}" || "${ACTION}" =~ ^(promote|list)$ ]] || die "--models-dir goes with a VERSION or --list"
+CANARY="${CANARY:-100}"
 FILE="overlays/${ENV_NAME}/environment.yaml"
 
 # lookup KEY TEXT: KEY's quoted value in TEXT (an environment file), one line only; else status 1.
@@ -170,13 +170,18 @@ case "${ACTION}" in
   list)
     if [[ -n "${MODELS_DIR}" ]]; then rows="$("${PYTHON}" -c "${LIST_PY}" "${MODELS_DIR}")"
     else rows="$(on_volume "${LIST_PY}")" || die "cannot list the cluster's volume: ${rows:-see above}"; fi
-    printf 'VERSION\tMODEL\tACCURACY\tPUBLISHED\tRUNS\tSERVED (%s)\n' "${FILE}"
-    while IFS=$'\t' read -r v rest; do
+    before=""  # during a canary: the version that gets the rest of the requests
+    if ! no_canary "${share}" && rev="$(canary_start)"; then
+      before="$(lookup model-version "$(git -C "${REPO_ROOT}" show "${rev}^:${FILE}")")" || before=""
+    fi
+    printf 'VERSION\tMODEL\tACCURACY\tPUBLISHED\tRUNS\tNAMED IN %s\n' "${FILE}"
+    while IFS=$'\t' read -r v fields; do
       [[ -n "${v}" ]] || continue
       mark=""
       if [[ "${v}" == "${current}" ]]; then mark="model-version"; fi
       if [[ -n "${mark}" ]] && ! no_canary "${share}"; then mark+=" (canary at ${share} %)"; fi
-      printf '%s\t%s\t%s\n' "${v}" "${rest}" "${mark}"
+      if [[ "${v}" == "${before}" ]]; then mark="before the canary ($((100 - share)) %)"; fi
+      printf '%s\t%s\t%s\n' "${v}" "${fields}" "${mark}"
     done <<<"${rows}"
     exit 0 ;;
   promote)

@@ -190,8 +190,11 @@ def test_a_revert_of_the_promotion_commit_is_the_rollback(clone, models):
         (["001", "--models-dir", "x"], "already serves version 1"),
         (["2", "--canary", "100"], "a whole percent from 1 to 99"),
         (["2", "--canary", "0"], "a whole percent from 1 to 99"),
-        (["--finish", "--canary", "5"], "--canary needs a PERCENT and a VERSION"),
-        (["--frobnicate"], "VERSION (or --finish/--abort) comes after ENV"),
+        (["--finish", "--canary", "5"], "--canary goes with a VERSION, not --finish"),
+        (["--abort", "--models-dir", "x"], "--models-dir goes with a VERSION or --list"),
+        (["--frobnicate"], "unknown option --frobnicate"),
+        (["2", "--list"], "one of VERSION, --finish, --abort, --list (got promote and --list)"),
+        (["--no-commit"], "VERSION (or --finish, --abort, --list) is required"),
     ],
 )
 def test_usage_errors_change_nothing(clone, args, reason):
@@ -199,6 +202,12 @@ def test_usage_errors_change_nothing(clone, args, reason):
     assert reason in proc.stderr, proc.stderr
     assert proc.returncode == (0 if "already" in reason else 1)
     assert values(clone) == ("1", "100") and commits(clone) == ["initial"]
+
+
+def test_help_anywhere(clone):
+    for args in (["--help"], ["local-k3d", "--help"], ["local-k3d", "2", "-h"]):
+        proc = promote(clone, *args)
+        assert proc.returncode == 0 and "usage: scripts/promote.sh" in proc.stdout, args
 
 
 def test_an_unknown_environment_and_an_edited_file_are_refused(clone, models):
@@ -222,7 +231,7 @@ def test_list_shows_each_published_version_and_the_one_git_names(clone, models):
     """``--list``: one row per version selection published (not the empty directory 7, and 8
     without its record shown with dashes), the version of ``model-version`` marked, its canary
     share too; listing needs no clean environment file and changes nothing."""
-    proc = promote(clone, "local-k3d", "--list", "--models-dir", str(models))
+    proc = promote(clone, "local-k3d", "--models-dir", str(models), "--list")  # any order
     assert proc.returncode == 0, proc.stderr
     header, *rows = proc.stdout.splitlines()
     assert header.split("\t")[:3] == ["VERSION", "MODEL", "ACCURACY"]
@@ -241,4 +250,5 @@ def test_list_shows_each_published_version_and_the_one_git_names(clone, models):
             clone, "local-k3d", "--list", "--models-dir", str(models)
         ).stdout.splitlines()
     }
-    assert table["3"][-1] == "model-version (canary at 20 %)" and table["1"][-1] == ""
+    assert table["3"][-1] == "model-version (canary at 20 %)"
+    assert table["1"][-1] == "before the canary (80 %)" and table["2"][-1] == ""
