@@ -816,7 +816,9 @@ def test_promotion_rollback_and_canary_are_commits(
     other weights) is refused by promote.sh before it is on the volume; promoted, it answers
     every request; ``git revert`` of that commit, pushed while requests flow, brings version 1
     back with no failed request; a canary of version 2 at 20 % answers 10-30 % of 500
-    requests, and its finish every request (issue 50 items 1-3)."""
+    requests, and its finish every request; a version forced into git that is not on the
+    volume ends its revision's server with the reason while version 2 answers (issue 50
+    items 1-3)."""
     import threading
 
     from small_model import publish_small_model
@@ -886,20 +888,34 @@ def test_promotion_rollback_and_canary_are_commits(
     forced, _, _ = _push_change(setup, "force model version 9, not published")
     gitops.wait_synced(kubectl, ML_APP, forced, timeout=RECONCILIATION_S * 3)
 
-    def failed_revision():
+    def crashed_with_the_reason():
+        """The revision of version 9 not Ready, its server's exit message (the termination
+        message Knative's FallbackToLogsOnError keeps, which its revision status repeats at
+        its next reconcile: minutes later in these runs)."""
         ksvc = kubectl.json("get", "ksvc", "fashion-mnist-predictor", "-n", ML_NAMESPACE)
         name = ksvc["status"].get("latestCreatedRevisionName")
         rev = kubectl.json("get", "revision", name, "-n", ML_NAMESPACE)
         if "models/fashion-mnist/9" not in json.dumps(rev["metadata"]):  # KServe's source-uri
             return None
-        conds = (rev.get("status") or {}).get("conditions", [])
-        return [c for c in conds if c["status"] == "False" and "version" in c.get("message", "")]
+        conds = {c["type"]: c for c in (rev.get("status") or {}).get("conditions", [])}
+        selector = f"serving.knative.dev/revision={name}"
+        for pod in kubectl.json("get", "pods", "-n", ML_NAMESPACE, "-l", selector)["items"]:
+            for c in (pod.get("status") or {}).get("containerStatuses") or []:
+                done = (c.get("lastState") or {}).get("terminated") or {}
+                if c["name"] == "kserve-container" and "no version directory" in done.get(
+                    "message", ""
+                ):
+                    ready = conds.get("Ready", {}).get("status")
+                    return ready != "True" and {"exit": done.get("exitCode"), "ready": ready}
+        return None
 
+    t0 = time.monotonic()
     try:
-        why = wait_until(failed_revision, timeout=300, what="the revision of version 9 failed")
+        why = wait_until(crashed_with_the_reason, timeout=300, what="version 9's server exit")
     except AssertionError as e:
         raise AssertionError(f"{e}\n{why_not_ready(kubectl, ML_NAMESPACE)}") from None
-    assert "no version directory" in json.dumps(why), why
+    assert why["exit"] == 2, why
+    MEASURED["missing_version_synced_to_reason_s"] = round(time.monotonic() - t0, 1)
     answers.wait_for(2, in_a_row=10)  # still version 2, from the revision before
     git("revert", "--no-edit", forced, cwd=setup.user, env=gitops.AUTHOR)
     pushed = gitops.push(setup.user)
