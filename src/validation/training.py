@@ -346,11 +346,12 @@ INTEGER_BOUNDS = {"canary-traffic-percent": (0, 100)}
 
 def environment_problems(root) -> list[tuple[str, str]]:
     """(file, message) for each value of an ``overlays/<env>/environment.yaml`` that the
-    component ``base/ml/environment`` copies into an integer field of Argo's (a target outside
-    ``spec.arguments.parameters``: ``parallelism``, ``activeDeadlineSeconds``, the
+    component ``base/ml/environment`` copies into an integer field (a target outside
+    ``spec.arguments.parameters``: Argo's ``parallelism`` and ``activeDeadlineSeconds``, the
     InferenceService's ``storageUri`` version and ``canaryTrafficPercent``) and that is no whole
-    number of at least 1 (:data:`INTEGER_BOUNDS`: other bounds), written without leading zeros. kustomize's own error ("cannot decode !!str `two` as a !!int")
-    names neither the key nor the file."""
+    number of at least 1 (:data:`INTEGER_BOUNDS`: other bounds), written without leading
+    zeros. kustomize's own error ("cannot decode !!str `two` as a !!int") names neither the key
+    nor the file."""
     root = Path(root)
     try:
         component = yaml.safe_load((root / ENVIRONMENT_COMPONENT).read_text()) or {}
