@@ -223,7 +223,7 @@ def publish(candidate: Path, base: Path, record: dict | None = None) -> tuple[in
     base.mkdir(parents=True, exist_ok=True)
     remove_stale_dirs(base, ".staging-*")  # copies of selections killed while publishing
     version = next_version(base)
-    staging = make_owned_dir(base, f".staging-{version}-")
+    staging = make_owned_dir(base, f".staging-{version}-", private=False)  # published as is
     try:
         shutil.copytree(candidate, staging / str(version))
         if not (staging / str(version) / "saved_model.pb").is_file():

@@ -22,7 +22,7 @@ if kind == "select":
     def copy_then_hang(src, dst, *args, **kw):  # killed "while copying"
         shutil.copytree = real_copytree  # copytree recurses through the module attribute
         real_copytree(src, dst, *args, **kw)
-        print(f"staging {dst}", flush=True)
+        print(f"staging {Path(dst).parent}", flush=True)  # the copy goes to <staging>/<version>
         time.sleep(600)
 
     shutil.copytree = copy_then_hang

@@ -56,7 +56,8 @@ def test_selections_killed_while_copying_leave_nothing_behind(candidate, tmp_pat
             _kill9(proc)
         version, target = select.publish(candidate, base)
         assert (version, target) == (1, base / "1")
-        assert sorted(p.name for p in target.iterdir()) == ["saved_model.pb", "variables"]
+        assert sorted(p.name for p in target.iterdir()) == ["1", "selection.json"]
+        assert sorted(p.name for p in (target / "1").iterdir()) == ["saved_model.pb", "variables"]
         assert target.stat().st_mode & 0o777 == candidate.stat().st_mode & 0o777  # not 0o700
         assert not any(staging.exists() for _, staging in killed)
         assert live_dir.is_dir(), "a running selection's copy was removed"
