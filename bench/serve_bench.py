@@ -132,16 +132,11 @@ def find_model(base: Path) -> tuple[Path, Path]:
     Raises:
         ConfigError: no published version under ``base`` (run ``make demo`` first).
     """
-    from serving.versions import (
-        ModelVersionNotFoundError,
-        find_latest_version,
-        latest_published,
-        published_versions,
-    )
+    from serving.versions import ModelVersionNotFoundError, find_latest_version, published_versions
 
     try:
-        if published_versions(base):
-            base = latest_published(base)[1]
+        if versions := published_versions(base):  # one listing of the models directory
+            base = versions[max(versions)]
         return find_latest_version(base)[1], base
     except ModelVersionNotFoundError as exc:
         raise ConfigError(f"{exc}; run make demo first or pass --model-base-path") from exc
