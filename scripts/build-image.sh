@@ -1,44 +1,83 @@
 #!/usr/bin/env bash
-# Build the pipeline's two images from the one Dockerfile and import them into k3d (no
-# registry), or push them (gpu-cloud): the image every TensorFlow step runs (ingest, the TFJob
-# replicas, select) and its PyTorch build, the same reference with the tag suffix -torch (the
-# PyTorchJob replicas; the extra `torch` keeps several GB of torch out of the first). The
-# reference is the one the overlay deploys (read from it).
+# Build the pipeline's two images from the one Dockerfile, tagged by content, import them into
+# k3d (no registry) or push them (gpu-cloud), and name that tag in git: the overlay's kustomize
+# `images:` entry, which sets the pipeline's `image` parameter (base/ml/kustomizeconfig.yaml),
+# committed alone. The two: the image every TensorFlow step runs (ingest, the TFJob replicas,
+# select) and its PyTorch build, the same reference with the tag suffix -torch (the PyTorchJob
+# replicas; the extra `torch` keeps several GB of torch out of the first).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
-if wants_help "${1:-}"; then
+usage() {
   cat <<USAGE
-usage: scripts/build-image.sh [--gpu] [--push]
-Builds the pipeline images from the repo's Dockerfile (base ${PYTHON_BASE_IMAGE}) and imports
-them into k3d cluster '${CLUSTER_NAME}': the pipeline's 'image' parameter as overlays/local-k3d
-renders it, and the same with tag suffix -torch built with the 'torch' extra (the PyTorchJob's
-image). --gpu: overlays/gpu-cloud's reference, built with the 'gpu' extra.
---push: push them to their registry instead of importing.
+usage: scripts/build-image.sh [--gpu] [--push] [--no-commit]
+       scripts/build-image.sh [--gpu] --set-only [--no-commit]
+       scripts/build-image.sh --tag
+Builds the pipeline images from the repo's Dockerfile (base ${PYTHON_BASE_IMAGE}) under the tag
+of their content (--tag prints it: src-<12 hex> of the build context and the base), imports
+them into k3d cluster '${CLUSTER_NAME}', then sets that tag in overlays/local-k3d/kustomization.yaml
+(images: newTag) and commits that one file; push it and the next pipeline run's pods run it.
+The PyTorchJob's image is the same reference with the tag suffix -torch (the 'torch' extra).
+--gpu: overlays/gpu-cloud's image, built with the 'gpu' extra.
+--push: push them to their registry instead of importing into k3d.
+--set-only: build nothing, only set and commit the tag (images built elsewhere from this tree).
+--no-commit: edit the overlay, commit nothing.
 USAGE
-  exit 0
-fi
-GPU=false PUSH=false
+}
+for arg in "$@"; do if wants_help "${arg}"; then usage; exit 0; fi; done
+GPU=false PUSH=false BUILD=true COMMIT=true
 for arg in "$@"; do
   case "${arg}" in
     --gpu) GPU=true ;;
     --push) PUSH=true ;;
-    *) die "unknown argument ${arg} (see --help)" ;;
+    --set-only) BUILD=false ;;
+    --no-commit) COMMIT=false ;;
+    --tag) [[ $# -eq 1 ]] || die "--tag goes alone"; content_tag; exit 0 ;;
+    *) usage >&2; die "unknown argument ${arg}" ;;
   esac
 done
+[[ "${BUILD}" == true || "${PUSH}" == false ]] || die "--push builds: not with --set-only"
 if [[ "${GPU}" == true ]]; then OVERLAY=gpu-cloud EXTRAS=gpu; else OVERLAY=local-k3d EXTRAS=""; fi
-TAG="$(overlay_param "${OVERLAY}" image)"
-need docker
-# "<reference> <extras>": the TensorFlow image, then the PyTorch one (the WorkflowTemplate's
-# train-pytorch template runs {{workflow.parameters.image}}-torch)
-for build in "${TAG} ${EXTRAS}" "${TAG}-torch ${EXTRAS:+${EXTRAS},}torch"; do
-  read -r ref extras <<<"${build}" || true
-  log "building ${ref} (overlays/${OVERLAY}, extras '${extras:-}')"
-  docker build --build-arg "PYTHON_BASE_IMAGE=${PYTHON_BASE_IMAGE}" \
-    --build-arg "EXTRAS=${extras:-}" -t "${ref}" "${REPO_ROOT}"
-  if [[ "${PUSH}" == true ]]; then
-    docker push "${ref}"
-  else
-    need k3d
-    k3d image import "${ref}" --cluster "${CLUSTER_NAME}"
-  fi
-done
+FILE="overlays/${OVERLAY}/kustomization.yaml"
+INPUTS=(Dockerfile pyproject.toml README.md src)
+# the tag in git must name what git holds: the build context and the overlay committed first
+if [[ "${COMMIT}" == true ]]; then
+  changed="$(git -C "${REPO_ROOT}" status --porcelain -- "${INPUTS[@]}" "${FILE}" 2>/dev/null)" \
+    || die "not a git checkout: use --no-commit"
+  [[ -z "${changed}" ]] \
+    || die "commit these first (the tag in git must name committed code), or use --no-commit: ${changed//$'\n'/; }"
+fi
+TAG="$(content_tag)"
+# the overlay's reference: its `images:` newName (or the base's name) and the tag it names now
+OLD="$(overlay_param "${OVERLAY}" image)"
+REPO="${OLD%:*}"
+if [[ "${BUILD}" == true ]]; then
+  need docker
+  # "<reference> <extras>": the TensorFlow image, then the PyTorch one (the WorkflowTemplate's
+  # train-pytorch template runs {{workflow.parameters.image}}-torch)
+  for build in "${REPO}:${TAG} ${EXTRAS}" "${REPO}:${TAG}-torch ${EXTRAS:+${EXTRAS},}torch"; do
+    read -r ref extras <<<"${build}" || true
+    log "building ${ref} (overlays/${OVERLAY}, extras '${extras:-}')"
+    docker build --build-arg "PYTHON_BASE_IMAGE=${PYTHON_BASE_IMAGE}" \
+      --build-arg "EXTRAS=${extras:-}" -t "${ref}" "${REPO_ROOT}"
+    if [[ "${PUSH}" == true ]]; then
+      docker push "${ref}"
+    else
+      need k3d
+      k3d image import "${ref}" --cluster "${CLUSTER_NAME}"
+    fi
+  done
+fi
+if [[ "${OLD}" == "${REPO}:${TAG}" ]]; then
+  log "${FILE} names ${REPO}:${TAG} already: nothing to commit"
+  exit 0
+fi
+# the one `newTag:` line of the overlay's images: entry, every comment and key around it kept
+n="$(grep -cE '^    newTag: ' "${REPO_ROOT}/${FILE}" || true)"
+[[ "${n}" == 1 ]] || die "${FILE}: no single images: entry with a '    newTag: ' line (found ${n})"
+sed -i -E "s/^(    newTag: ).*$/\1${TAG}/" "${REPO_ROOT}/${FILE}"
+[[ "$(overlay_param "${OVERLAY}" image)" == "${REPO}:${TAG}" ]] \
+  || die "${FILE}: the pipeline's image did not become ${REPO}:${TAG} (see its images: entry)"
+msg="image ${OVERLAY}: ${REPO}:${TAG} (was ${OLD##*:})"
+if [[ "${COMMIT}" == false ]]; then log "edited ${FILE} (not committed): ${msg}"; exit 0; fi
+commit_file "${FILE}" "${msg}"
+log "next: git push (Argo CD syncs it; scripts/deploy.sh ${OVERLAY} without Argo CD): the next pipeline run's pods run ${REPO}:${TAG}"

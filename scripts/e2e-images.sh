@@ -181,9 +181,7 @@ inputs_of() { # IMAGE -> what its key hashes besides its recipe and reference
     redis) echo "$DEBIAN_MIRROR bookworm" ;;
     ml|ml_torch) # the base it is built on, and what .dockerignore lets into the build context
       archive_of python
-      (cd "$ROOT" && cat Dockerfile pyproject.toml README.md \
-        && find src -type f ! -path '*/__pycache__/*' ! -path '*.egg-info/*' -print0 \
-        | LC_ALL=C sort -z | xargs -0 sha256sum) ;;
+      image_context ;;
   esac
 }
 

@@ -121,6 +121,34 @@ pinned_version() {
   echo "${v}"
 }
 
+# image_context: what the pipeline image is built from, as one stream: the Dockerfile,
+# pyproject.toml and README.md whole, then a sha256sum line for each file under src/ (sorted,
+# bytecode and egg-info left out): the files .dockerignore lets into `docker build`'s context,
+# committed or not. scripts/e2e-images.sh keys its ml build on it too.
+image_context() {
+  (cd "${REPO_ROOT}" && cat Dockerfile pyproject.toml README.md \
+    && find src -type f ! -path '*/__pycache__/*' ! -path '*.egg-info/*' -print0 \
+    | LC_ALL=C sort -z | xargs -0 sha256sum)
+}
+# content_tag: the pipeline image's tag by content, src-<first 12 hex of sha256>: of its build
+# context (image_context) and the base it is built FROM (PYTHON_BASE_IMAGE). A change to
+# either is a new tag, so a node's cached image is never taken for new code (IfNotPresent);
+# the same tree gives the same tag on every machine. `make validate` refuses another tag with
+# IfNotPresent on the pipeline image (validation check image-by-content).
+content_tag() {
+  local sum
+  sum="$({ image_context; echo "FROM ${PYTHON_BASE_IMAGE}"; } | sha256sum)" || die "cannot hash the image's build context"
+  echo "src-${sum:0:12}"
+}
+# commit_file FILE MESSAGE: commit FILE (a path in the repo) alone on the checked-out branch, and
+# say what to push. A detached HEAD is refused and FILE restored from git.
+commit_file() {
+  git -C "${REPO_ROOT}" symbolic-ref -q HEAD >/dev/null \
+    || { git -C "${REPO_ROOT}" checkout -q -- "$1"; die "detached HEAD: check out the branch Argo CD follows first"; }
+  git -C "${REPO_ROOT}" commit -q -m "$2" -- "$1" || die "git commit of $1 failed (see above)"
+  log "committed: $2"
+}
+
 # overlay_param OVERLAY NAME: the value of the pipeline parameter NAME as overlays/OVERLAY
 # renders it (e.g. `image`: the environment's image repository + the one tag).
 overlay_param() {

@@ -226,8 +226,5 @@ case "${ACTION}" in
     msg="promote ${ENV_NAME}: abort the canary of model version ${current}, back to ${previous}" ;;
 esac
 if [[ "${COMMIT}" == false ]]; then log "edited ${FILE} (not committed): ${msg}"; exit 0; fi
-git -C "${REPO_ROOT}" symbolic-ref -q HEAD >/dev/null \
-  || { git -C "${REPO_ROOT}" checkout -q -- "${FILE}"; die "detached HEAD: check out the branch Argo CD follows first"; }
-git -C "${REPO_ROOT}" commit -q -m "${msg}" -- "${FILE}" || die "git commit of ${FILE} failed (see above)"
-log "committed: ${msg}"
+commit_file "${FILE}" "${msg}"
 log "next: git push (Argo CD syncs it; scripts/deploy.sh ${ENV_NAME} without Argo CD)"

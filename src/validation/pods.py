@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 from kubernetes.utils import parse_quantity
 
-from validation.argo import WORKFLOW_KINDS, calls, substitute, workflow_spec
+from validation.argo import WORKFLOW_KINDS, calls, substitute, workflow_params, workflow_spec
 from validation.core import Context, Hit, Obj, check, dig, named
 
 SERVERS = {"Deployment", "StatefulSet", "DaemonSet", "ReplicaSet"}  # with ports: a server
@@ -121,6 +121,38 @@ def image_tag(ctx: Context) -> Iterator[Hit]:
         else:
             problem = "uses :latest" if ref["tag"] else "no tag (means :latest)"
         yield o, f"{path}.image", f"image {image!r}: {problem}" if image else "no image"
+
+
+#: A tag that names its content: scripts/build-image.sh's ``src-<12 hex>`` (lib.sh content_tag:
+#: sha256 of the build context and the base image), or a digest.
+CONTENT_TAG = re.compile(r"src-[0-9a-f]{12}")
+
+
+@check("image-by-content")
+def image_by_content(ctx: Context) -> Iterator[Hit]:
+    """The image this repository builds (a WorkflowTemplate's ``image`` parameter, which its
+    steps, TFJobs and PyTorchJob run, the last with ``-torch``) is named by its content when a
+    node may keep a cached copy (``image-pull-policy`` other than ``Always``): a tag of
+    :data:`CONTENT_TAG` or a digest. A mutable tag such as ``0.1.0``, rebuilt, would leave
+    every node that has the old image running it (Kubernetes' IfNotPresent)."""
+    for o in ctx.ours:
+        if o.kind != "WorkflowTemplate":
+            continue
+        params = workflow_params(workflow_spec(o))
+        image, policy = params.get("image"), params.get("image-pull-policy", "IfNotPresent")
+        ref = IMAGE_REFERENCE.fullmatch(image or "")
+        if not ref or policy == "Always" or ref["digest"]:
+            continue  # no image parameter, or image-tag reports it; pulled each time; by digest
+        if not CONTENT_TAG.fullmatch(ref["tag"] or ""):
+            yield (
+                o,
+                "spec.arguments.parameters[image].value",
+                (
+                    f"image {image!r} with image-pull-policy {policy}: a mutable tag (a node keeps "
+                    "the image it cached under it); tag it by content with scripts/build-image.sh "
+                    "(src-<12 hex>, set by the overlay's images: entry), or pull Always"
+                ),
+            )
 
 
 @check("probes")

@@ -32,7 +32,14 @@ TOPICS = {
         "knative-domain",
     },
     "cli_paths": {"cli-flags", "paths", "model-types"},
-    "pods": {"resources", "resource-limits", "security-context", "image-tag", "probes"},
+    "pods": {
+        "resources",
+        "resource-limits",
+        "security-context",
+        "image-tag",
+        "image-by-content",
+        "probes",
+    },
     "gitops": {"sync-waves", "wave-health", "argocd-drift", "kept-data"},
     "core": {"exemption"},
 }

@@ -91,6 +91,13 @@ def _one(objs, kind, name_part=""):
     return next(o for o in objs if o.kind == kind and name_part in o.name).doc
 
 
+def _image_tag(overlay: str) -> str:
+    """The content tag the overlay's kustomize images: entry names (scripts/build-image.sh)."""
+    kust = yaml.safe_load((ROOT / "overlays" / overlay / "kustomization.yaml").read_text())
+    (entry,) = kust["images"]
+    return entry["newTag"]
+
+
 def test_local_k3d_values(full_run):
     _, rendered = full_run
     objs = expand(rendered["overlays/local-k3d"])
@@ -101,7 +108,8 @@ def test_local_k3d_values(full_run):
     assert pred["logger"]["url"] == "http://message-dumper.fashion-mnist.svc.cluster.local"
     worker = _one(objs, "TFJob", "cnn")["spec"]["tfReplicaSpecs"]["Worker"]
     c = by_name(worker["template"]["spec"]["containers"], "tensorflow")
-    assert c["image"] == "fashion-mnist/ml:0.1.0" and c["imagePullPolicy"] == "IfNotPresent"
+    assert c["image"] == f"fashion-mnist/ml:{_image_tag('local-k3d')}"
+    assert c["imagePullPolicy"] == "IfNotPresent"
     assert "nvidia.com/gpu" not in c["resources"]["limits"]
     assert worker["replicas"] == 2 and worker["restartPolicy"] == "Never"
     assert c["args"][c["args"].index("--collective-timeout") + 1] == "600"
@@ -124,7 +132,7 @@ def test_gpu_cloud_values(full_run):
         pod = worker["template"]["spec"]
         c = by_name(pod["containers"], "tensorflow")
         assert worker["replicas"] == 4 and c["resources"]["limits"]["nvidia.com/gpu"] == "1"
-        assert c["image"] == "registry.example.com/fashion-mnist/ml-gpu:0.1.0"
+        assert c["image"] == f"registry.example.com/fashion-mnist/ml-gpu:{_image_tag('gpu-cloud')}"
         assert pod["tolerations"][0]["key"] == "nvidia.com/gpu" and pod["nodeSelector"]
         assert c["args"][c["args"].index("--collective-timeout") + 1] == "1800"
     wt = _one(objs, "WorkflowTemplate")["spec"]

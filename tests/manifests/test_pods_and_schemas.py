@@ -193,3 +193,24 @@ def test_containers_of_any_pod_spec():
     } <= missing
     probes = {(o.kind, fld) for o, fld, _ in CHECKS["probes"](ctx)}
     assert probes == {("Deployment", "spec.template.spec.containers[app].readinessProbe")}
+
+
+def test_a_mutable_pipeline_image_tag_is_refused_where_nodes_keep_images(broken):
+    """The overlay's images: entry with a mutable tag and IfNotPresent: refused on the
+    WorkflowTemplate; the same tag pulled Always, or a digest, passes."""
+    kust = "overlays/local-k3d/kustomization.yaml"
+    env = "overlays/local-k3d/environment.yaml"
+
+    def found():
+        return [f for f in broken.check("overlays/local-k3d") if f.check == "image-by-content"]
+
+    assert not found()
+    broken.edit(kust, lambda d: d["images"][0].update(newTag="0.1.0"))
+    (f,) = found()
+    assert (f.obj, f.field) == (WFT_REF, "spec.arguments.parameters[image].value")
+    assert "'fashion-mnist/ml:0.1.0' with image-pull-policy IfNotPresent" in f.message
+    broken.edit(env, lambda d: d["data"].update({"image-pull-policy": "Always"}))
+    assert not found()
+    broken.edit(env, lambda d: d["data"].update({"image-pull-policy": "IfNotPresent"}))
+    broken.edit(kust, lambda d: d["images"][0].update(digest="sha256:" + "a" * 64))
+    assert not found()

@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
-from functools import cache
 from pathlib import Path
 
 import pytest
 import yaml
+
+from validation.pods import CONTENT_TAG
 
 REPO = Path(__file__).resolve().parents[2]
 REAL_KUBECTL = REPO / ".venv" / "bin" / "kubectl"
@@ -33,6 +35,8 @@ elif tool == "k3d" and args[:2] == ["cluster", "list"]:
     names = json.loads((state / "clusters.json").read_text())
     # k3d prints json.Marshal output: compact, one line
     print(json.dumps([{{"name": n, "serversCount": 1}} for n in names], separators=(",", ":")))
+elif tool == "docker" and (state / "docker-fails").read_text():
+    sys.exit("docker: the build failed")
 """
 
 
@@ -45,11 +49,10 @@ def versions() -> dict[str, str]:
     return out
 
 
-@cache
-def rendered_image(overlay: str) -> str:
+def rendered_image(overlay: str, root: Path = REPO) -> str:
     """The pipeline's `image` parameter as `kubectl kustomize overlays/OVERLAY` renders it."""
     out = subprocess.run(
-        [str(REAL_KUBECTL), "kustomize", str(REPO / "overlays" / overlay)],
+        [str(REAL_KUBECTL), "kustomize", str(root / "overlays" / overlay)],
         capture_output=True, text=True, check=True, timeout=60,
     ).stdout  # fmt: skip
     (wt,) = [d for d in yaml.safe_load_all(out) if d and d.get("kind") == "WorkflowTemplate"]
@@ -67,7 +70,16 @@ def fakes(tmp_path):
         exe.write_text(FAKE.format(python=sys.executable, state=str(state)))
         exe.chmod(0o755)
 
-    def run(script, *args, k3d_version=None, clusters=(), kubectl=bin_dir / "kubectl"):
+    def run(
+        script,
+        *args,
+        k3d_version=None,
+        clusters=(),
+        kubectl=bin_dir / "kubectl",
+        root=REPO,
+        docker_fails=False,
+    ):
+        (state / "docker-fails").write_text("1" if docker_fails else "")
         (state / "k3d-version").write_text(k3d_version or versions()["K3D_VERSION"])
         (state / "clusters.json").write_text(json.dumps(list(clusters)))
         (state / "calls.jsonl").write_text("")
@@ -78,7 +90,7 @@ def fakes(tmp_path):
             "CLUSTER_NAME": "fashion-mnist",
         }
         proc = subprocess.run(
-            [str(REPO / "scripts" / script), *args],
+            [str(root / "scripts" / script), *args],
             env=env, capture_output=True, text=True, timeout=60,
         )  # fmt: skip
         calls = [json.loads(c) for c in (state / "calls.jsonl").read_text().splitlines()]
@@ -133,28 +145,102 @@ def test_k3d_up_refuses_another_k3d_version(fakes):
     assert calls == [["k3d", "version"]]  # nothing created, started or configured
 
 
-# --- build-image.sh ---
+# --- build-image.sh: run in a git clone (it commits the tag it builds) ---
+
+GIT_ENV = {
+    "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com",
+    "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.com",
+}  # fmt: skip
+KUST = "overlays/local-k3d/kustomization.yaml"
 
 
-def test_rendered_images_come_from_the_environments_and_the_one_tag():
-    tag = rendered_image("local-k3d").rpartition(":")[2]
-    for overlay in ("local-k3d", "gpu-cloud"):
-        env = yaml.safe_load((REPO / "overlays" / overlay / "environment.yaml").read_text())
-        assert rendered_image(overlay) == f"{env['data']['image-repository']}:{tag}"
-    assert rendered_image("local-k3d") != rendered_image("gpu-cloud")
+def git(root: Path, *args: str) -> str:
+    return subprocess.run(
+        ["git", *args], cwd=root, env={**os.environ, **GIT_ENV},
+        check=True, capture_output=True, text=True,
+    ).stdout  # fmt: skip
+
+
+@pytest.fixture
+def clone(tmp_path) -> Path:
+    """A git repository with what build-image.sh reads: its scripts, the manifests it renders
+    (base, overlays) and the image's build context (Dockerfile, pyproject.toml, README.md,
+    src), committed."""
+    root = tmp_path / "repo"
+    root.mkdir()
+    ignore = shutil.ignore_patterns("__pycache__", "*.egg-info")
+    for name in ("scripts", "base", "overlays", "src"):
+        shutil.copytree(REPO / name, root / name, ignore=ignore)
+    for name in ("versions.env", "Dockerfile", "pyproject.toml", "README.md"):
+        shutil.copy(REPO / name, root / name)
+    git(root, "init", "-q", "-b", "main")
+    git(root, "add", ".")
+    git(root, "commit", "-q", "-m", "initial")
+    return root
+
+
+def image_of(root: Path, overlay: str) -> str:
+    return rendered_image(overlay, root)
+
+
+def tag_of(root: Path) -> str:
+    proc = subprocess.run(
+        ["bash", str(root / "scripts" / "build-image.sh"), "--tag"],
+        capture_output=True, text=True, check=True, timeout=60,
+    )  # fmt: skip
+    return proc.stdout.strip()
 
 
 def build_args(argv):
     return dict(a.split("=", 1) for a in flag_values(argv, "--build-arg"))
 
 
-def test_build_image_builds_and_imports_the_local_k3d_images(fakes):
-    image = rendered_image("local-k3d")
-    proc, calls = fakes("build-image.sh", kubectl=REAL_KUBECTL)
+def test_the_image_is_named_by_each_overlays_images_entry():
+    """Both overlays render the pipeline's image from their kustomize images: entry (no
+    other place names a tag), each with a content tag; their repositories differ."""
+    for overlay in ("local-k3d", "gpu-cloud"):
+        kust = yaml.safe_load((REPO / "overlays" / overlay / "kustomization.yaml").read_text())
+        (entry,) = kust["images"]
+        want = f"{entry.get('newName', entry['name'])}:{entry['newTag']}"
+        assert rendered_image(overlay) == want
+        assert CONTENT_TAG.fullmatch(entry["newTag"]), entry
+    assert rendered_image("local-k3d") != rendered_image("gpu-cloud")
+
+
+def test_the_tag_is_the_content_of_the_build_context(clone, tmp_path):
+    """The same tree gives the same tag (another copy too); a change under src/ or to the
+    Dockerfile gives another one; a change outside the build context does not."""
+    tag = tag_of(clone)
+    assert CONTENT_TAG.fullmatch(tag), tag
+    copy = tmp_path / "copy"
+    shutil.copytree(clone, copy, ignore=shutil.ignore_patterns(".git"))
+    assert tag_of(copy) == tag
+    (copy / "docs").mkdir()
+    (copy / "docs" / "note.md").write_text("outside the image\n")
+    assert tag_of(copy) == tag
+    (copy / "src" / "marker.txt").write_text("a change under src/\n")
+    changed = tag_of(copy)
+    assert CONTENT_TAG.fullmatch(changed) and changed != tag
+    (copy / "src" / "marker.txt").unlink()
+    (copy / "Dockerfile").write_text((copy / "Dockerfile").read_text() + "# more\n")
+    assert tag_of(copy) not in (tag, changed)
+
+
+def test_build_image_builds_imports_and_commits_the_content_tag(fakes, clone):
+    """The images are built and imported under the content tag, then the overlay's images:
+    entry names it in one commit of that one file."""
+    tag, before = tag_of(clone), image_of(clone, "local-k3d")
+    image = f"{before.rsplit(':', 1)[0]}:{tag}"
+    if before == image:  # this checkout's overlay names its own content: make it older
+        git(clone, "commit", "-qam", "older", "--allow-empty")
+        (clone / KUST).write_text((clone / KUST).read_text().replace(tag, "src-000000000000"))
+        git(clone, "commit", "-qam", "an older tag")
+        before = image_of(clone, "local-k3d")
+    proc, calls = fakes("build-image.sh", kubectl=REAL_KUBECTL, root=clone)
     assert proc.returncode == 0, proc.stderr
     builds = only(calls, "docker", "build")
     assert [flag_values(b, "-t") for b in builds] == [[image], [f"{image}-torch"]]
-    assert all(b[-1] == str(REPO) for b in builds)
+    assert all(b[-1] == str(clone) for b in builds)
     base = versions()["PYTHON_BASE_IMAGE"]
     assert [build_args(b) for b in builds] == [
         {"PYTHON_BASE_IMAGE": base, "EXTRAS": ""},
@@ -165,29 +251,71 @@ def test_build_image_builds_and_imports_the_local_k3d_images(fakes):
         for ref in (image, f"{image}-torch")
     ]
     assert not only(calls, "docker", "push")
-    assert calls.index(builds[0]) < calls.index(only(calls, "k3d")[0])
+    assert image_of(clone, "local-k3d") == image
+    assert git(clone, "show", "--name-only", "--format=%s", "HEAD").split("\n")[:3] == [
+        f"image local-k3d: {image} (was {before.rsplit(':', 1)[1]})",
+        "",
+        KUST,
+    ]
+    assert not git(clone, "status", "--porcelain")
+    assert "git push" in proc.stderr
+    # built again from the same tree: nothing to commit
+    proc, calls = fakes("build-image.sh", kubectl=REAL_KUBECTL, root=clone)
+    assert proc.returncode == 0 and "nothing to commit" in proc.stderr, proc.stderr
+    assert git(clone, "log", "-1", "--format=%s").startswith("image local-k3d:")
 
 
-def test_build_image_gpu_uses_the_gpu_cloud_image_and_the_gpu_extra(fakes):
-    image = rendered_image("gpu-cloud")
-    proc, calls = fakes("build-image.sh", "--gpu", kubectl=REAL_KUBECTL)
+def test_build_image_gpu_push_pushes_the_gpu_build_and_sets_gpu_cloud(fakes, clone):
+    image = f"{image_of(clone, 'gpu-cloud').rsplit(':', 1)[0]}:{tag_of(clone)}"
+    proc, calls = fakes("build-image.sh", "--gpu", "--push", kubectl=REAL_KUBECTL, root=clone)
     assert proc.returncode == 0, proc.stderr
     builds = only(calls, "docker", "build")
     assert [flag_values(b, "-t") for b in builds] == [[image], [f"{image}-torch"]]
     assert [build_args(b)["EXTRAS"] for b in builds] == ["gpu", "gpu,torch"]
-    assert [c[3] for c in only(calls, "k3d")] == [image, f"{image}-torch"]
-
-
-def test_build_image_gpu_push_pushes_instead_of_importing(fakes):
-    image = rendered_image("gpu-cloud")
-    proc, calls = fakes("build-image.sh", "--gpu", "--push", kubectl=REAL_KUBECTL)
-    assert proc.returncode == 0, proc.stderr
-    assert flag_values(only(calls, "docker", "build")[0], "-t") == [image]
     assert only(calls, "docker", "push") == [
         ["docker", "push", image],
         ["docker", "push", f"{image}-torch"],
     ]
     assert not only(calls, "k3d")
+    assert image_of(clone, "gpu-cloud") == image
+
+
+def test_build_image_refuses_uncommitted_code_and_a_failed_build_changes_nothing(fakes, clone):
+    """The tag in git must name committed code: a change under src/ is refused before any
+    build (--no-commit builds it and edits without committing); a failed build leaves the
+    overlay as it was."""
+    (clone / "src" / "marker.txt").write_text("uncommitted\n")
+    head = git(clone, "rev-parse", "HEAD")
+    proc, calls = fakes("build-image.sh", kubectl=REAL_KUBECTL, root=clone)
+    assert proc.returncode == 1 and "commit these first" in proc.stderr and "src/" in proc.stderr
+    assert not calls and git(clone, "rev-parse", "HEAD") == head
+    git(clone, "add", "src")
+    git(clone, "commit", "-qm", "a change under src/")
+    head, kust = git(clone, "rev-parse", "HEAD"), (clone / KUST).read_text()
+    proc, calls = fakes("build-image.sh", kubectl=REAL_KUBECTL, root=clone, docker_fails=True)
+    assert proc.returncode != 0 and only(calls, "docker", "build") and not only(calls, "k3d")
+    assert (clone / KUST).read_text() == kust and git(clone, "rev-parse", "HEAD") == head
+    proc, _ = fakes("build-image.sh", "--no-commit", kubectl=REAL_KUBECTL, root=clone)
+    assert proc.returncode == 0, proc.stderr
+    assert image_of(clone, "local-k3d").endswith(f":{tag_of(clone)}")
+    assert git(clone, "rev-parse", "HEAD") == head and git(clone, "status", "--porcelain")
+
+
+def test_build_image_set_only_builds_nothing_and_commits_the_tag(fakes, clone):
+    (clone / "src" / "marker.txt").write_text("built elsewhere\n")
+    git(clone, "add", "src")
+    git(clone, "commit", "-qm", "a change under src/")
+    proc, calls = fakes("build-image.sh", "--set-only", kubectl=REAL_KUBECTL, root=clone)
+    assert proc.returncode == 0, proc.stderr
+    assert not only(calls, "docker") and not only(calls, "k3d")
+    assert image_of(clone, "local-k3d").endswith(f":{tag_of(clone)}")
+    assert not git(clone, "status", "--porcelain")
+    git(clone, "checkout", "-q", "--detach")
+    (clone / "src" / "marker.txt").write_text("again\n")
+    git(clone, "commit", "-qam", "detached")
+    proc, _ = fakes("build-image.sh", "--set-only", kubectl=REAL_KUBECTL, root=clone)
+    assert proc.returncode == 1 and "detached HEAD" in proc.stderr
+    assert not git(clone, "status", "--porcelain")
 
 
 def test_the_pytorchjob_runs_the_torch_build_of_the_pipeline_image():
@@ -196,8 +324,10 @@ def test_the_pytorchjob_runs_the_torch_build_of_the_pipeline_image():
     assert 'image: "{{workflow.parameters.image}}-torch"' in wft
 
 
-def test_build_image_refuses_an_environment_name(fakes):
+@pytest.mark.parametrize("args", [["gpu-cloud"], ["--tag", "--gpu"], ["--set-only", "--push"]])
+def test_build_image_refuses_bad_arguments(fakes, clone, args):
     # `build-image.sh gpu-cloud` is not a call: the environment is chosen by --gpu
-    proc, calls = fakes("build-image.sh", "gpu-cloud", kubectl=REAL_KUBECTL)
-    assert proc.returncode == 1 and "unknown argument gpu-cloud" in proc.stderr
-    assert not calls
+    proc, calls = fakes("build-image.sh", *args, kubectl=REAL_KUBECTL, root=clone)
+    assert proc.returncode == 1 and proc.stderr.startswith(("error:", "usage:")), proc.stderr
+    assert "error:" in proc.stderr.splitlines()[-1]
+    assert not calls and not git(clone, "status", "--porcelain")

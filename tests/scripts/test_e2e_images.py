@@ -85,7 +85,8 @@ def test_references_are_what_the_pods_ask_for(clone, tmp_path):
     (redis,) = layer["images"]
     assert images["redis"][0] == f"{redis['newName']}:{redis['newTag']}"
     # the overlay's image, normalised as containerd's CRI names it
-    assert images["ml"][0] == "docker.io/fashion-mnist/ml:0.1.0"
+    kust = yaml.safe_load((REPO / "overlays/local-k3d/kustomization.yaml").read_text())
+    assert images["ml"][0] == f"docker.io/fashion-mnist/ml:{kust['images'][0]['newTag']}"
     # the PyTorchJob's image, as the WorkflowTemplate derives it from the pipeline's `image`
     template = (REPO / "base" / "ml" / "pipeline" / "workflowtemplate.yaml").read_text()
     assert 'image: "{{workflow.parameters.image}}-torch"' in template
