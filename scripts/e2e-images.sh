@@ -13,6 +13,11 @@
 #   ml_torch   the same reference with the tag suffix -torch (the PyTorchJob's image, as the
 #              WorkflowTemplate names it): the same Dockerfile with EXTRAS=torch (PyPI's CUDA
 #              wheel and its nvidia-* dependencies, about 8 GB; the layers before EXTRAS are ml's)
+#   ml_next    localhost/fmnist-e2e/ml-next:marker   ml with one more file, hack/e2e/src-marker.txt
+#              as /opt/app/src/e2e-marker.txt: what the Dockerfile builds from a tree with that
+#              test-only change under src/ (a layer over ml, as `docker build`'s cache would
+#              give). tests/e2e/test_argocd.py names it with the content tag of that tree
+#              (tier gitops)
 #   argoexec   quay.io/argoproj/argoexec:ARGO_WORKFLOWS_E2E_VERSION   the executor scripts/tools.sh
 #              built (hack/tools/argo.sh), FROM scratch like upstream's distroless image:
 #              /bin/argoexec, /tmp 1777 (resource steps write /tmp/manifest.yaml), USER 8737
@@ -91,7 +96,7 @@ DEBIAN_MIRROR="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 BASE_REF=localhost/fmnist-python-base:3.11-bookworm
 # Argo CD's Redis, from Debian (tests/e2e/argocd-layer names it: keep them one)
 REDIS_REF=localhost/fmnist-e2e/redis:bookworm
-IMAGES=(pause python ml ml_torch argoexec agent busybox event_display training_operator
+IMAGES=(pause python ml ml_torch ml_next argoexec agent busybox event_display training_operator
   workflow_controller argocli cert_manager_controller cert_manager_webhook cert_manager_cainjector
   kserve_controller kserve_llmisvc kserve_localmodel kube_rbac_proxy
   knative_controller knative_webhook knative_activator knative_autoscaler knative_queue traefik
@@ -121,6 +126,7 @@ ref_of() { # IMAGE -> the reference pods ask for (what the kubelet's CRI call na
     python) echo "$BASE_REF" ;;
     ml) canonical_image "$(overlay_param local-k3d image)" ;;
     ml_torch) echo "$(ref_of ml)-torch" ;;
+    ml_next) echo "localhost/fmnist-e2e/ml-next:marker" ;;
     # the name the workflow-controller gives its executor (Argo's config.go: quay.io/argoproj/
     # argoexec:<its version>; neither the manifests nor the e2e set executor.image)
     argoexec) echo "quay.io/argoproj/argoexec:$ARGO_WORKFLOWS_E2E_VERSION" ;;
@@ -182,6 +188,7 @@ inputs_of() { # IMAGE -> what its key hashes besides its recipe and reference
     ml|ml_torch) # the base it is built on, and what .dockerignore lets into the build context
       archive_of python
       image_context ;;
+    ml_next) archive_of ml; cat "$ROOT/hack/e2e/src-marker.txt" ;;
   esac
 }
 
@@ -265,6 +272,15 @@ build_project() { # REF EXTRAS: the repo's Dockerfile on the Python base, pyproj
 
 build_ml() { build_project "$2" ""; }
 build_ml_torch() { build_project "$2" torch; }
+build_ml_next() { # ml, and the marker where the Dockerfile's COPY src ./src puts it
+  local c
+  [[ -f "$(archive_of ml)" ]] || die "build ml first: scripts/e2e-images.sh ml ml_next"
+  buildah pull --quiet "docker-archive:$(archive_of ml)" >/dev/null
+  c="$(buildah from --pull=never "$(ref_of ml)")"
+  buildah copy --chown 0:0 --chmod 0644 "$c" "$ROOT/hack/e2e/src-marker.txt" \
+    /opt/app/src/e2e-marker.txt >/dev/null
+  buildah commit --rm "$c" "$2" >/dev/null
+}
 
 # One static binary FROM scratch: SRC at DEST (0755), LINKS (names, space-separated) as
 # symlinks to it beside DEST, /tmp 1777, then `buildah config` CONFIG_ARGS.

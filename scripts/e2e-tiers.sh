@@ -49,7 +49,7 @@ declare -A serving_E2E_SECONDS=([intel]=780 [amd]=800)
 # argocd/install on the real node, bootstrapped by scripts/bootstrap-argocd.sh from a git server
 # of the run, syncing every Application; pushes through the webhook and by polling
 gitops_TOOLS=(argocd kustomize)
-gitops_IMAGES=(argocd redis)
+gitops_IMAGES=(argocd redis ml_next)
 gitops_TESTS=(tests/e2e/test_argocd.py)
 # Argo CD syncs Knative's settings and Traefik (argocd/apps), which run only with the serving tier
 gitops_NEEDS=(serving)

@@ -111,21 +111,47 @@ def imported_images() -> set[str]:
     return {line for line in (node_dir() / "images.txt").read_text().split() if line}
 
 
+def _ctr(*args: str) -> str:
+    """``ctr`` (scripts/tools.sh containerd) on the node's containerd, in the CRI's namespace
+    ``k8s.io``; its stdout. Raises CalledProcessError when it fails."""
+    bin_dir = subprocess.run(
+        [str(REPO_ROOT / "scripts" / "tools.sh"), "--bin-dir", "containerd"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    return subprocess.run(
+        [f"{bin_dir}/ctr", "--address", str(node_dir() / "containerd.sock"), "--namespace",
+         "k8s.io", *args],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+
+
 def tag_image(source: str, target: str) -> None:
     """Give the node's image ``source`` the second name ``target`` (``ctr images tag``; the
     kubelet's CRI sees the new name at once), as :func:`canonical` names both: for a name an
     upstream controller derives at run time (KServe's ``runtimeVersion`` tag), which no
     manifest of the repository holds for the e2e's layers to map. Raises CalledProcessError
     when ``source`` was not imported."""
-    bin_dir = subprocess.run(
-        [str(REPO_ROOT / "scripts" / "tools.sh"), "--bin-dir", "containerd"],
-        capture_output=True, text=True, check=True,
-    ).stdout.strip()  # fmt: skip
-    subprocess.run(
-        [f"{bin_dir}/ctr", "--address", str(node_dir() / "containerd.sock"), "--namespace",
-         "k8s.io", "images", "tag", "--force", canonical(source), canonical(target)],
-        capture_output=True, text=True, check=True,
-    )  # fmt: skip
+    _ctr("images", "tag", "--force", canonical(source), canonical(target))
+
+
+def image_digests(ref: str) -> set[str]:
+    """The digests that identify the node's image ``ref`` (``sha256:<hex>``): its manifest's
+    (what ``ctr images ls`` lists; an index's manifests too) and its config's (the image ID);
+    a pod's ``status.containerStatuses[].imageID`` ends with one of them (containerd's CRI
+    reports the repo digest, or the image ID where it has none). Raises AssertionError when
+    the node has no image of that name."""
+    ref = canonical(ref)
+    rows = [line.split() for line in _ctr("images", "ls", f"name=={ref}").splitlines()[1:]]
+    assert len(rows) == 1 and rows[0][0] == ref, f"{ref} on the node: {rows}"
+    digests, todo = set(), [rows[0][2]]
+    while todo:  # an index (a manifest list) names its manifests, each names its config
+        digest = todo.pop()
+        digests.add(digest)
+        doc = json.loads(_ctr("content", "get", digest))
+        todo += [m["digest"] for m in doc.get("manifests") or []]
+        if "config" in doc:
+            digests.add(doc["config"]["digest"])
+    return digests
 
 
 def canonical(ref: str) -> str:

@@ -26,6 +26,7 @@ import json
 import os
 import re
 import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -736,6 +737,109 @@ def test_the_published_version_is_served_and_the_ml_app_is_healthy(
     isvc = kubectl.json("get", "inferenceservice", "fashion-mnist", "-n", ML_NAMESPACE)
     print(f"\nat zero pods: modelStatus {isvc['status'].get('modelStatus')}")
     assert gitops.state(gitops.app(kubectl, ML_APP))[1] == "Healthy", gitops.describe(kubectl)
+
+
+# --- the image in git: a rebuilt image, named by a commit, is what the next run runs ------------
+
+#: The test-only change under src/ and the image built from the tree that has it
+#: (scripts/e2e-images.sh ml_next: ml with this file where the Dockerfile puts src/).
+SRC_MARKER = REPO_ROOT / "hack" / "e2e" / "src-marker.txt"
+NEXT_IMAGE = "localhost/fmnist-e2e/ml-next:marker"
+
+
+def _build_image(tree: Path, kubectl: Kubectl, *args: str) -> subprocess.CompletedProcess:
+    """docs/gitops.md's ``scripts/build-image.sh ARGS`` in the user's clone (no venv there:
+    this Python and the e2e's kubectl render the overlay)."""
+    env = {**os.environ, **gitops.AUTHOR, "KUBECTL": kubectl.binary, "PYTHON": sys.executable}
+    return subprocess.run(
+        ["bash", str(tree / "scripts" / "build-image.sh"), *args],
+        cwd=tree, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+
+
+def _containers(kubectl: Kubectl, selector: str, name: str) -> dict[str, tuple[str, str]]:
+    """Pod name -> (image, imageID) of its container ``name``, for the pods of ``selector``
+    in the ML namespace whose container has started (an imageID)."""
+    pods = kubectl.json("get", "pods", "-n", ML_NAMESPACE, "-l", selector)["items"]
+    return {
+        p["metadata"]["name"]: (c["image"], c["imageID"])
+        for p in pods
+        for c in (p.get("status") or {}).get("containerStatuses") or []
+        if c["name"] == name and c.get("imageID")
+    }
+
+
+def _digest(image_id: str) -> str:
+    return "sha256:" + image_id.rsplit("sha256:", 1)[-1]
+
+
+def test_a_rebuilt_image_named_in_git_is_what_the_next_run_runs(
+    loop: dict, setup: GitOps, kubectl: Kubectl, kubeconfig: Path, overlay
+):
+    """docs/gitops.md "The image in git": a change under src/ (a test-only marker), its image
+    under the tree's content tag, ``build-image.sh --set-only`` and a push: Argo CD syncs the
+    tag into the WorkflowTemplate, and the next run's pod runs that image (its digest on the
+    node) while the previous run's pods ran the old one; ``git revert`` of the image commit
+    brings the old tag back. Simulated: the build (the node's ml_next image, ml plus that one
+    file, stands in for `docker build` of the changed tree, which needs Docker and PyPI), and
+    the -torch image under the new tag is ml_torch renamed (this run trains nothing)."""
+    old = real_node.ml_image(overlay)
+    before = _containers(kubectl, "training.kubeflow.org/replica-type", "tensorflow")
+    before = {k: v for k, v in before.items() if k.startswith(f"{loop['name']}-")}
+    assert before, "the loop's TFJob pods (kept: cleanPodPolicy Running)"
+    assert {real_node.canonical(image) for image, _ in before.values()} == {
+        real_node.canonical(old)
+    }, before
+    old_digests = real_node.image_digests(old)
+    assert {_digest(i) for _, i in before.values()} <= old_digests, (before, old_digests)
+
+    (setup.user / "src" / "e2e-marker.txt").write_text(SRC_MARKER.read_text())
+    gitops.commit(setup.user, "src: a test-only change")
+    tag = _build_image(setup.user, kubectl, "--tag").stdout.strip()
+    new = f"{old.rsplit(':', 1)[0]}:{tag}"
+    assert tag.startswith("src-") and new != old, (old, new)
+    real_node.tag_image(NEXT_IMAGE, new)
+    real_node.tag_image(f"{old}-torch", f"{new}-torch")
+    proc = _build_image(setup.user, kubectl, "--set-only")
+    assert proc.returncode == 0, proc.stderr
+    assert git("log", "-1", "--format=%s", cwd=setup.user).startswith("image local-k3d:")
+    t0 = time.monotonic()
+    pushed = gitops.push(setup.user)
+    assert pushed.returncode == 0, pushed.stderr
+    rev = git("rev-parse", "HEAD", cwd=setup.user).strip()
+    gitops.wait_synced(kubectl, ML_APP, rev, timeout=RECONCILIATION_S * 3)
+    wait_until(lambda: _live_param(kubectl, "image") == new, timeout=30, what="the new image")
+    MEASURED["image_push_to_synced_s"] = round(time.monotonic() - t0, 1)
+
+    # the next run: ingest alone, its memoized result forgotten so that its pod runs
+    kubectl("delete", "configmap", "fashion-mnist-ingest-cache", "-n", "argo", "--ignore-not-found")
+    proc = script(kubectl, kubeconfig, ML_NAMESPACE, "submit-pipeline.sh", "--entrypoint", "ingest")
+    assert proc.returncode == 0, proc.stderr
+    name = proc.stdout.split()[0].split("/")[-1]
+    seen: dict[str, tuple[str, str]] = {}
+
+    def finished() -> str | None:  # the pod is collected once it succeeds: read it as it runs
+        seen.update(_containers(kubectl, f"workflows.argoproj.io/workflow={name}", "main"))
+        phase = kubectl.json("get", "workflow", name, "-n", ML_NAMESPACE)["status"].get("phase")
+        return phase if phase in ("Succeeded", "Failed", "Error") else None
+
+    assert wait_until(finished, timeout=300, what=f"workflow {name}") == "Succeeded", seen
+    assert len(seen) == 1, seen
+    ((image, image_id),) = seen.values()
+    assert real_node.canonical(image) == real_node.canonical(new), image
+    new_digests = real_node.image_digests(new)
+    assert _digest(image_id) in new_digests and not new_digests & old_digests, (
+        image_id, new_digests, old_digests,
+    )  # fmt: skip
+    assert real_node.image_digests(NEXT_IMAGE) == new_digests  # the marker's image, no other
+
+    # rolling code back is a revert of the image commit
+    git("revert", "--no-edit", "HEAD", cwd=setup.user, env=gitops.AUTHOR)
+    pushed = gitops.push(setup.user)
+    assert pushed.returncode == 0, pushed.stderr
+    rev = git("rev-parse", "HEAD", cwd=setup.user).strip()
+    gitops.wait_synced(kubectl, ML_APP, rev, timeout=RECONCILIATION_S * 3)
+    assert _live_param(kubectl, "image") == old
 
 
 # --- promotion, rollback and canary: which version serves is a commit -------------------------

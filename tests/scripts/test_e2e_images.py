@@ -60,8 +60,8 @@ def listing(root: Path, cache: Path) -> dict[str, tuple[str, str, str]]:
 def test_references_are_what_the_pods_ask_for(clone, tmp_path):
     images = listing(clone, tmp_path / "cache")
     assert list(images) == [
-        "pause", "python", "ml", "ml_torch", "argoexec", "agent", "busybox", "event_display",
-        "training_operator", "workflow_controller", "argocli", *CERT_MANAGER,
+        "pause", "python", "ml", "ml_torch", "ml_next", "argoexec", "agent", "busybox",
+        "event_display", "training_operator", "workflow_controller", "argocli", *CERT_MANAGER,
         "kserve_controller", "kserve_llmisvc", "kserve_localmodel", "kube_rbac_proxy", *KNATIVE,
         "traefik", "argocd", "redis",
     ]  # fmt: skip
@@ -91,6 +91,8 @@ def test_references_are_what_the_pods_ask_for(clone, tmp_path):
     template = (REPO / "base" / "ml" / "pipeline" / "workflowtemplate.yaml").read_text()
     assert 'image: "{{workflow.parameters.image}}-torch"' in template
     assert images["ml_torch"][0] == images["ml"][0] + "-torch"
+    # the e2e's rebuilt image: a local name that the test tags with its tree's content tag
+    assert images["ml_next"][0] == "localhost/fmnist-e2e/ml-next:marker"
     # the PyTorchJob Worker's init container: Debian's busybox-static under the name of
     # training-operator's --pytorch-init-container-image default (pkg/config/config.go), which
     # base/platform/training-operator leaves as it is
@@ -182,6 +184,7 @@ def test_the_project_images_key_follows_its_build_context(clone, tmp_path, edit)
     assert after["ml"][1] != before["ml"][1]
     assert after["ml_torch"][1] != before["ml_torch"][1]
     assert after["ml_torch"][1] != after["ml"][1]
+    assert after["ml_next"][1] != before["ml_next"][1]  # built on ml
     assert after["python"][1] == before["python"][1]
     assert after["pause"][1] == before["pause"][1]
 

@@ -84,7 +84,8 @@ def test_the_core_and_the_tiers_split_every_recipe_image_and_module(tmp_path):
     ).stdout.split()  # fmt: skip
     assert set(lines(run("images", cache=tmp_path))) == set(images)
     core_images = set(lines(run("images", "--core", cache=tmp_path)))
-    assert set(images) - core_images == {"agent", "event_display", "traefik", "argocd", "redis"} | {
+    tier_images = {"agent", "event_display", "traefik", "argocd", "redis", "ml_next"}
+    assert set(images) - core_images == tier_images | {
         f"knative_{n}" for n in ("controller", "webhook", "activator", "autoscaler", "queue")
     }
     for arg in lines(run("pytest-args", cache=tmp_path, skip="serving")):
