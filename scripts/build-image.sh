@@ -38,13 +38,22 @@ done
 [[ "${BUILD}" == true || "${PUSH}" == false ]] || die "--push builds: not with --set-only"
 if [[ "${GPU}" == true ]]; then OVERLAY=gpu-cloud EXTRAS=gpu; else OVERLAY=local-k3d EXTRAS=""; fi
 FILE="overlays/${OVERLAY}/kustomization.yaml"
-INPUTS=(Dockerfile pyproject.toml README.md src)
-# the tag in git must name what git holds: the build context and the overlay committed first
+# what the tag hashes (lib.sh content_tag): the build context and versions.env's base image
+INPUTS=(Dockerfile pyproject.toml README.md src versions.env)
+# the tag in git must name what git holds: the inputs and the overlay committed first, no file
+# under src/ that git ignores but `docker build` copies (.dockerignore drops only bytecode and
+# egg-info), and a branch to commit on; all checked before anything is built
 if [[ "${COMMIT}" == true ]]; then
   changed="$(git -C "${REPO_ROOT}" status --porcelain -- "${INPUTS[@]}" "${FILE}" 2>/dev/null)" \
     || die "not a git checkout: use --no-commit"
   [[ -z "${changed}" ]] \
     || die "commit these first (the tag in git must name committed code), or use --no-commit: ${changed//$'\n'/; }"
+  ignored="$(git -C "${REPO_ROOT}" ls-files --others --ignored --exclude-standard -- src \
+    | grep -vE '(^|/)__pycache__/|[.]egg-info/' || true)"
+  [[ -z "${ignored}" ]] \
+    || die "src/ holds files that git ignores but docker build would copy into the image: remove them (or use --no-commit): ${ignored//$'\n'/; }"
+  git -C "${REPO_ROOT}" symbolic-ref -q HEAD >/dev/null \
+    || die "detached HEAD: check out the branch Argo CD follows first (or use --no-commit)"
 fi
 TAG="$(content_tag)"
 # the overlay's reference: its `images:` newName (or the base's name) and the tag it names now
@@ -52,6 +61,7 @@ OLD="$(overlay_param "${OVERLAY}" image)"
 REPO="${OLD%:*}"
 if [[ "${BUILD}" == true ]]; then
   need docker
+  [[ "${PUSH}" == true ]] || need k3d
   # "<reference> <extras>": the TensorFlow image, then the PyTorch one (the WorkflowTemplate's
   # train-pytorch template runs {{workflow.parameters.image}}-torch)
   for build in "${REPO}:${TAG} ${EXTRAS}" "${REPO}:${TAG}-torch ${EXTRAS:+${EXTRAS},}torch"; do

@@ -150,7 +150,7 @@ commit_file() {
 }
 
 # overlay_param OVERLAY NAME: the value of the pipeline parameter NAME as overlays/OVERLAY
-# renders it (e.g. `image`: the environment's image repository + the one tag).
+# renders it (e.g. `image`: the reference its kustomize images: entry names).
 overlay_param() {
   [[ -f "${REPO_ROOT}/overlays/$1/kustomization.yaml" ]] || die "no overlay $1"
   "${KUBECTL}" kustomize "${REPO_ROOT}/overlays/$1" | "${PYTHON}" -c '

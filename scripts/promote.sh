@@ -110,23 +110,39 @@ if got != int(v):
 print(json.dumps(record))
 '
 
-# The published versions, one line each (tab-separated): version, model, accuracy, when, runs.
+# The published versions, one line each (tab-separated): version, model, accuracy, when, runs;
+# a directory that looks like a version but cannot be named (a leading zero, the layout before
+# <N>/<N>/) is said on stderr. No models directory is an error.
 LIST_PY='
 import json, pathlib, re, sys
 models = pathlib.Path(sys.argv[1])
-found = [d for d in (models.iterdir() if models.is_dir() else ())
-         if re.fullmatch("[0-9]+", d.name) and (d / d.name / "saved_model.pb").is_file()]
+if not models.is_dir():
+    sys.exit(f"no models directory {models} (selection publishes into models/fashion-mnist)")
+found = []
+for d in sorted(models.iterdir(), key=lambda d: d.name):
+    if not re.fullmatch("[0-9]+", d.name):
+        continue
+    if re.fullmatch("[1-9][0-9]*", d.name) and (d / d.name / "saved_model.pb").is_file():
+        found.append(d)
+    elif (d / "saved_model.pb").is_file():
+        print(f"note: {d.name}/ holds the layout before <N>/<N>/: move it into {d.name}/{d.name}/",
+              file=sys.stderr)
+    elif not re.fullmatch("[1-9][0-9]*", d.name) and any(d.iterdir()):
+        print(f"note: {d.name}/ is no version a storageUri can name (a leading zero)",
+              file=sys.stderr)
 for d in sorted(found, key=lambda d: int(d.name)):
     try:
         r = json.loads((d / "selection.json").read_text())
+        r = r if isinstance(r, dict) else {}
     except (OSError, ValueError):
         r = {}
     acc = r.get("accuracy")
-    acc = f"{acc:.4f}" if isinstance(acc, float) else "-"
-    runs = ",".join(r.get("run_id") or []) or "-"
-    print("\t".join([d.name, str(r.get("model", "-")), acc, str(r.get("published_at", "-")), runs]))
+    acc = f"{acc:.4f}" if isinstance(acc, (int, float)) and not isinstance(acc, bool) else "-"
+    runs = r.get("run_id") or []
+    runs = ",".join(map(str, runs)) if isinstance(runs, list) else str(runs)
+    print("\t".join([d.name, str(r.get("model", "-")), acc, str(r.get("published_at", "-")),
+                     runs or "-"]))
 '
-
 # on_volume PROGRAM [ARGS]: python PROGRAM MODELS-DIR ARGS, run by a pod of the pipeline's image
 # that mounts (read-only) the volume the live InferenceService serves from; its output.
 on_volume() {
@@ -168,7 +184,7 @@ share="$(value canary-traffic-percent)"
 [[ "${share}" =~ ^(0|[1-9][0-9]?|100)$ ]] || die "${FILE}: canary-traffic-percent '${share}' is not 0 to 100"
 case "${ACTION}" in
   list)
-    if [[ -n "${MODELS_DIR}" ]]; then rows="$("${PYTHON}" -c "${LIST_PY}" "${MODELS_DIR}")"
+    if [[ -n "${MODELS_DIR}" ]]; then rows="$("${PYTHON}" -c "${LIST_PY}" "${MODELS_DIR}")" || die "cannot list ${MODELS_DIR} (see above)"
     else rows="$(on_volume "${LIST_PY}")" || die "cannot list the cluster's volume: ${rows:-see above}"; fi
     before=""  # during a canary: the version that gets the rest of the requests
     if ! no_canary "${share}" && rev="$(canary_start)"; then

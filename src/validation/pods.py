@@ -126,6 +126,7 @@ def image_tag(ctx: Context) -> Iterator[Hit]:
 #: A tag that names its content: scripts/build-image.sh's ``src-<12 hex>`` (lib.sh content_tag:
 #: sha256 of the build context and the base image), or a digest.
 CONTENT_TAG = re.compile(r"src-[0-9a-f]{12}")
+PULL_POLICIES = ("Always", "IfNotPresent", "Never")  # core/v1 PullPolicy
 
 
 @check("image-by-content")
@@ -134,12 +135,21 @@ def image_by_content(ctx: Context) -> Iterator[Hit]:
     steps, TFJobs and PyTorchJob run, the last with ``-torch``) is named by its content when a
     node may keep a cached copy (``image-pull-policy`` other than ``Always``): a tag of
     :data:`CONTENT_TAG` or a digest. A mutable tag such as ``0.1.0``, rebuilt, would leave
-    every node that has the old image running it (Kubernetes' IfNotPresent)."""
+    every node that has the old image running it (Kubernetes' IfNotPresent). The pipeline's
+    ``image-pull-policy`` must be a Kubernetes pull policy (the API server refuses the pods of
+    any other, once the run starts)."""
     for o in ctx.ours:
         if o.kind != "WorkflowTemplate":
             continue
         params = workflow_params(workflow_spec(o))
         image, policy = params.get("image"), params.get("image-pull-policy", "IfNotPresent")
+        if policy not in PULL_POLICIES:
+            yield (
+                o,
+                "spec.arguments.parameters[image-pull-policy].value",
+                (f"image-pull-policy {policy!r} is none of Kubernetes' {', '.join(PULL_POLICIES)}"),
+            )
+            continue
         ref = IMAGE_REFERENCE.fullmatch(image or "")
         if not ref or policy == "Always" or ref["digest"]:
             continue  # no image parameter, or image-tag reports it; pulled each time; by digest

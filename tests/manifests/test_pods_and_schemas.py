@@ -119,7 +119,7 @@ def test_latest_image_in_workflow_parameter(broken):
 
 
 def test_malformed_image_reference(broken):
-    # an image-repository that already carries a tag, joined with the one tag by a replacement
+    # a reference with two tags (e.g. an images: newName that already carries one)
     broken.edit(WFT, lambda d: param(d, "image").update(value="fashion-mnist/ml:latest:0.1.0"))
     hits = only(broken.check(), "image-tag")
     assert hits and all("not a valid image reference" in f.message for f in hits)
@@ -211,6 +211,10 @@ def test_a_mutable_pipeline_image_tag_is_refused_where_nodes_keep_images(broken)
     assert "'fashion-mnist/ml:0.1.0' with image-pull-policy IfNotPresent" in f.message
     broken.edit(env, lambda d: d["data"].update({"image-pull-policy": "Always"}))
     assert not found()
+    broken.edit(env, lambda d: d["data"].update({"image-pull-policy": "always"}))
+    (f,) = found()
+    assert f.field == "spec.arguments.parameters[image-pull-policy].value", f
+    assert "'always' is none of Kubernetes' Always, IfNotPresent, Never" in f.message
     broken.edit(env, lambda d: d["data"].update({"image-pull-policy": "IfNotPresent"}))
     broken.edit(kust, lambda d: d["images"][0].update(digest="sha256:" + "a" * 64))
     assert not found()

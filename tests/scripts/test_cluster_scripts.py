@@ -171,7 +171,7 @@ def clone(tmp_path) -> Path:
     ignore = shutil.ignore_patterns("__pycache__", "*.egg-info")
     for name in ("scripts", "base", "overlays", "src"):
         shutil.copytree(REPO / name, root / name, ignore=ignore)
-    for name in ("versions.env", "Dockerfile", "pyproject.toml", "README.md"):
+    for name in ("versions.env", "Dockerfile", "pyproject.toml", "README.md", ".gitignore"):
         shutil.copy(REPO / name, root / name)
     git(root, "init", "-q", "-b", "main")
     git(root, "add", ".")
@@ -299,6 +299,32 @@ def test_build_image_refuses_uncommitted_code_and_a_failed_build_changes_nothing
     assert proc.returncode == 0, proc.stderr
     assert image_of(clone, "local-k3d").endswith(f":{tag_of(clone)}")
     assert git(clone, "rev-parse", "HEAD") == head and git(clone, "status", "--porcelain")
+
+
+@pytest.mark.parametrize("change", ["versions.env", "ignored", "detached"])
+def test_build_image_refuses_before_building(fakes, clone, change):
+    """What would make the tag in git name something git does not hold is refused before any
+    build: an uncommitted base image (versions.env, hashed into the tag), a file under src/
+    that git ignores but docker would copy (.dockerignore drops only bytecode and egg-info),
+    a detached HEAD (no branch to commit on)."""
+    if change == "versions.env":
+        with (clone / "versions.env").open("a") as f:
+            f.write("PYTHON_BASE_IMAGE=python:3.11.15-slim\n")
+        want = "versions.env"
+    elif change == "ignored":
+        (clone / "src" / ".ruff_cache").mkdir()
+        (clone / "src" / ".ruff_cache" / "x").write_text("cache\n")
+        assert not git(clone, "status", "--porcelain")  # git ignores it
+        want = "src/.ruff_cache/x"
+    else:
+        git(clone, "checkout", "-q", "--detach")
+        want = "detached HEAD"
+    head = git(clone, "rev-parse", "HEAD")
+    proc, calls = fakes("build-image.sh", kubectl=REAL_KUBECTL, root=clone)
+    assert proc.returncode == 1 and want in proc.stderr, proc.stderr
+    assert not calls and git(clone, "rev-parse", "HEAD") == head
+    proc, calls = fakes("build-image.sh", "--no-commit", kubectl=REAL_KUBECTL, root=clone)
+    assert proc.returncode == 0 and only(calls, "docker", "build"), proc.stderr
 
 
 def test_build_image_set_only_builds_nothing_and_commits_the_tag(fakes, clone):

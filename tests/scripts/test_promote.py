@@ -252,3 +252,24 @@ def test_list_shows_each_published_version_and_the_one_git_names(clone, models):
     }
     assert table["3"][-1] == "model-version (canary at 20 %)"
     assert table["1"][-1] == "before the canary (80 %)" and table["2"][-1] == ""
+
+
+def test_list_refuses_a_missing_directory_and_names_what_cannot_be_served(clone, models, tmp_path):
+    """``--list`` of a directory that does not exist is an error, not an empty table; a version
+    with a leading zero (no storageUri can name it) and the layout before ``<N>/<N>/`` are left
+    out with a note; a record of other types (a string run_id, an integer accuracy) still
+    lists."""
+    proc = promote(clone, "local-k3d", "--list", "--models-dir", str(tmp_path / "nowhere"))
+    assert proc.returncode == 1 and "no models directory" in proc.stderr, proc.stderr
+    (models / "05" / "05").mkdir(parents=True)
+    (models / "05" / "05" / "saved_model.pb").write_bytes(b"pb")
+    (models / "4").mkdir()
+    (models / "4" / "saved_model.pb").write_bytes(b"pb")
+    (models / "2" / "selection.json").write_text(json.dumps({"run_id": "w", "accuracy": 1}))
+    proc = promote(clone, "local-k3d", "--list", "--models-dir", str(models))
+    assert proc.returncode == 0, proc.stderr
+    table = {r.split("\t")[0]: r.split("\t") for r in proc.stdout.splitlines()[1:]}
+    assert sorted(table, key=int) == ["1", "2", "3", "8"]
+    assert table["2"][1:3] == ["-", "1.0000"] and table["2"][4] == "w"
+    assert "05/ is no version a storageUri can name" in proc.stderr
+    assert "4/ holds the layout before <N>/<N>/" in proc.stderr
