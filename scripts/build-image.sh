@@ -58,6 +58,8 @@ fi
 TAG="$(content_tag)"
 # the overlay's reference: its `images:` newName (or the base's name) and the tag it names now
 OLD="$(overlay_param "${OVERLAY}" image)"
+[[ "${OLD}" != *@* ]] \
+  || die "overlays/${OVERLAY} pins the image by digest (${OLD}): the PyTorchJob runs <image>-torch, which needs a tag (remove the images: entry's digest)"
 REPO="${OLD%:*}"
 if [[ "${BUILD}" == true ]]; then
   need docker
@@ -81,12 +83,46 @@ if [[ "${OLD}" == "${REPO}:${TAG}" ]]; then
   log "${FILE} names ${REPO}:${TAG} already: nothing to commit"
   exit 0
 fi
-# the one `newTag:` line of the overlay's images: entry, every comment and key around it kept
-n="$(grep -cE '^    newTag: ' "${REPO_ROOT}/${FILE}" || true)"
-[[ "${n}" == 1 ]] || die "${FILE}: no single images: entry with a '    newTag: ' line (found ${n})"
-sed -i -E "s/^(    newTag: ).*$/\1${TAG}/" "${REPO_ROOT}/${FILE}"
-[[ "$(overlay_param "${OVERLAY}" image)" == "${REPO}:${TAG}" ]] \
-  || die "${FILE}: the pipeline's image did not become ${REPO}:${TAG} (see its images: entry)"
+# the newTag of the overlay's images: entry for the base's image name, edited in place (any
+# indentation, quoting or flow style; every comment and other entry kept); restored if the
+# overlay then does not render that reference
+set_tag() {
+  "${PYTHON}" -c '
+import sys
+import yaml
+path, base, tag = sys.argv[1:]
+# the name the entry matches: the base WorkflowTemplate image parameter, without its tag
+(wft,) = [d for d in yaml.safe_load_all(open(base, encoding="utf-8")) if d]
+name = next(p["value"] for p in wft["spec"]["arguments"]["parameters"] if p["name"] == "image")
+name = name.rsplit(":", 1)[0]
+text = open(path, encoding="utf-8").read()
+root = yaml.compose(text)
+images = [v for k, v in (root.value if isinstance(root, yaml.MappingNode) else [])
+          if k.value == "images"]
+entries = [e for e in (images[0].value if images and isinstance(images[0], yaml.SequenceNode) else [])
+           if isinstance(e, yaml.MappingNode)
+           and any(k.value == "name" and v.value == name for k, v in e.value)]
+if len(entries) != 1:
+    sys.exit(f"{path}: {len(entries)} images: entries named {name} (want one, with newTag)")
+fields = {k.value: v for k, v in entries[0].value}
+if "digest" in fields:
+    sys.exit(f"{path}: the images: entry of {name} pins a digest: the PyTorchJob runs <image>-torch, which needs a tag (remove digest)")
+if "newTag" not in fields or not isinstance(fields["newTag"], yaml.ScalarNode):
+    sys.exit(f"{path}: the images: entry of {name} has no newTag")
+start, end = fields["newTag"].start_mark.index, fields["newTag"].end_mark.index
+quote = text[start] if text[start] in "\x27\"" else ""  # its quoting kept
+open(path, "w", encoding="utf-8").write(text[:start] + quote + tag + quote + text[end:])
+' "$@"
+}
+backup="$(mktemp)"
+cp "${REPO_ROOT}/${FILE}" "${backup}"
+set_tag "${REPO_ROOT}/${FILE}" "${REPO_ROOT}/base/ml/pipeline/workflowtemplate.yaml" "${TAG}" \
+  || { rm -f "${backup}"; die "the tag is not set (see above)"; }
+if [[ "$(overlay_param "${OVERLAY}" image 2>/dev/null)" != "${REPO}:${TAG}" ]]; then
+  cp "${backup}" "${REPO_ROOT}/${FILE}"; rm -f "${backup}"
+  die "${FILE}: the pipeline's image did not become ${REPO}:${TAG} (restored; see its images: entry)"
+fi
+rm -f "${backup}"
 msg="image ${OVERLAY}: ${REPO}:${TAG} (was ${OLD##*:})"
 if [[ "${COMMIT}" == false ]]; then log "edited ${FILE} (not committed): ${msg}"; exit 0; fi
 commit_file "${FILE}" "${msg}"

@@ -229,3 +229,37 @@ def kept_data(ctx: Context) -> Iterator[Hit]:
                 "without IgnoreExtraneous the object kept after a rename or removal in git "
                 "leaves the Application OutOfSync",
             )
+
+
+#: The image repository of Argo CD (argocd/install's Deployments), which the pipeline's
+#: write-back step also runs.
+ARGOCD_IMAGE = "quay.io/argoproj/argocd"
+
+
+@check("write-back-image")
+def write_back_image(ctx: Context) -> Iterator[Hit]:
+    """A Workflow template that runs Argo CD's image (the pipeline's ``write-back``) runs the
+    one argocd/install installs: the version is pinned once, by the install's URL, and checked
+    equal here (kustomize cannot copy it from a URL). Silent when argocd/install is not among
+    the rendered kustomizations."""
+    installed = {
+        c.get("image")
+        for o in ctx.everywhere("Deployment", "StatefulSet")
+        for c in dig(o.doc, "spec", "template", "spec", "containers", default=[]) or []
+        if str(c.get("image", "")).startswith(f"{ARGOCD_IMAGE}:")
+    }
+    if not installed:
+        return
+    for o in ctx.kinds(*WORKFLOW_KINDS):
+        for t in workflow_spec(o).get("templates") or []:
+            for key in ("container", "script"):
+                image = str(dig(t, key, "image", default="") or "")
+                if image.startswith(f"{ARGOCD_IMAGE}:") and image not in installed:
+                    yield (
+                        o,
+                        f"spec.templates[{t.get('name')}].{key}.image",
+                        (
+                            f"{image} is not the Argo CD argocd/install installs "
+                            f"({', '.join(sorted(installed))})"
+                        ),
+                    )

@@ -131,38 +131,53 @@ PULL_POLICIES = ("Always", "IfNotPresent", "Never")  # core/v1 PullPolicy
 
 @check("image-by-content")
 def image_by_content(ctx: Context) -> Iterator[Hit]:
-    """The image this repository builds (a WorkflowTemplate's ``image`` parameter, which its
-    steps, TFJobs and PyTorchJob run, the last with ``-torch``) is named by its content when a
-    node may keep a cached copy (``image-pull-policy`` other than ``Always``): a tag of
-    :data:`CONTENT_TAG` or a digest. A mutable tag such as ``0.1.0``, rebuilt, would leave
-    every node that has the old image running it (Kubernetes' IfNotPresent). The pipeline's
-    ``image-pull-policy`` must be a Kubernetes pull policy (the API server refuses the pods of
-    any other, once the run starts)."""
+    """The image this repository builds (the ``image`` parameter of a Workflow kind, which its
+    steps, TFJobs and PyTorchJob run, the last with ``-torch``) is named by its content
+    wherever a node may keep a cached copy: each container of that image repository whose pull
+    policy (its own, else Kubernetes' default: IfNotPresent for a tag other than latest) is not
+    ``Always`` has a tag of :data:`CONTENT_TAG` (``-torch`` after it allowed) or a digest. A
+    mutable tag such as ``0.1.0``, rebuilt, would leave every node that has the old image
+    running it. The ``image-pull-policy`` parameter must be a Kubernetes pull policy (the API
+    server refuses the pods of any other, once the run starts)."""
+    built = set()
     for o in ctx.ours:
-        if o.kind != "WorkflowTemplate":
+        if o.kind not in WORKFLOW_KINDS:
             continue
         params = workflow_params(workflow_spec(o))
-        image, policy = params.get("image"), params.get("image-pull-policy", "IfNotPresent")
-        if policy not in PULL_POLICIES:
+        policy = params.get("image-pull-policy")
+        if policy is not None and policy not in PULL_POLICIES:
             yield (
                 o,
                 "spec.arguments.parameters[image-pull-policy].value",
                 (f"image-pull-policy {policy!r} is none of Kubernetes' {', '.join(PULL_POLICIES)}"),
             )
+        if ref := IMAGE_REFERENCE.fullmatch(params.get("image", "")):
+            built.add(_repository(ref))  # (an invalid one: image-tag reports it)
+    for o, _, c, path, _ in checked(ctx):  # the steps' pods and the embedded jobs' replicas
+        ref = IMAGE_REFERENCE.fullmatch(image := str(c.get("image", "")))
+        if not ref or ref["digest"] or _repository(ref) not in built:
             continue
-        ref = IMAGE_REFERENCE.fullmatch(image or "")
-        if not ref or policy == "Always" or ref["digest"]:
-            continue  # no image parameter, or image-tag reports it; pulled each time; by digest
-        if not CONTENT_TAG.fullmatch(ref["tag"] or ""):
+        default = "Always" if ref["tag"] in (None, "latest") else "IfNotPresent"
+        pull = c.get("imagePullPolicy") or default
+        if pull != "Always" and not CONTENT_TAG.fullmatch(
+            (ref["tag"] or "").removesuffix("-torch")
+        ):
             yield (
                 o,
-                "spec.arguments.parameters[image].value",
+                f"{path}.image",
                 (
-                    f"image {image!r} with image-pull-policy {policy}: a mutable tag (a node keeps "
-                    "the image it cached under it); tag it by content with scripts/build-image.sh "
+                    f"image {image!r} pulled {pull}: a mutable tag (a node keeps the image it "
+                    "cached under it); tag it by content with scripts/build-image.sh "
                     "(src-<12 hex>, set by the overlay's images: entry), or pull Always"
                 ),
             )
+
+
+def _repository(ref: re.Match) -> str:
+    """An image reference's ``[registry/]name``: the text before its tag and digest."""
+    if ref["tag"] is not None:
+        return ref[0][: ref.start("tag") - 1]
+    return ref[0][: ref.start("digest")] if ref["digest"] else ref[0]
 
 
 @check("probes")

@@ -613,7 +613,19 @@ def test_a_pushed_knative_setting_reaches_the_autoscaler_and_a_live_edit_is_reve
 #: (pipeline_run.SMOKE_RUN: its requests fit the replicas of two jobs at once; float32
 #: is exact on every CPU); the rest of its budget is the run's ``-p``, as a user cuts a run.
 LOOP_PUSH = {k: SMOKE_RUN[k] for k in ("train-resources", "precision")} | {"workers": "2"}
-LOOP_ARGS = {k: v for k, v in SMOKE_RUN.items() if k not in LOOP_PUSH}
+#: The Secret of the pipeline's write-back (docs/gitops.md, "Write-back from the pipeline"):
+#: this run's git server takes pushes without credentials, so it holds no key or token.
+WRITE_BACK_SECRET = "fashion-mnist-write-back"
+LOOP_ARGS = {k: v for k, v in SMOKE_RUN.items() if k not in LOOP_PUSH} | {
+    "write-back-secret": WRITE_BACK_SECRET
+}
+
+
+def _write_back_secret(kubectl: Kubectl, url: str) -> None:
+    """docs/gitops.md's write-back Secret: the repository Argo CD follows and the file."""
+    kubectl("create", "secret", "generic", WRITE_BACK_SECRET, "-n", ML_NAMESPACE,
+            f"--from-literal=url={url}", "--from-literal=path=overlays/local-k3d/environment.yaml",
+            "--from-literal=branch=main")  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -621,7 +633,8 @@ def loop(setup: GitOps, kubectl: Kubectl, kubeconfig: Path, overlay) -> dict:
     """docs/gitops.md's loop once: the push of :data:`LOOP_PUSH`, live through the webhook;
     then the README's ``submit-pipeline.sh --wait`` (:data:`LOOP_ARGS`) of the WorkflowTemplate
     Argo CD synced, on the ML namespace's PVC (a fresh volume with the offline tfds build).
-    Returns the Workflow's ``name`` and the push's start (``t0``, monotonic seconds)."""
+    Returns the Workflow's ``name``, the push's start (``t0``, monotonic seconds) and its
+    revision (``rev``)."""
     for key, value in LOOP_PUSH.items():
         _edit_environment(setup.user, key, value)
     rev, _, t0 = _push_change(setup, "local-k3d: train with the smoke run's resources")
@@ -631,6 +644,7 @@ def loop(setup: GitOps, kubectl: Kubectl, kubeconfig: Path, overlay) -> dict:
     pvc = one(overlay, "PersistentVolumeClaim")
     clear_volume(kubectl, pvc, ML_NAMESPACE)
     fresh_run(kubectl, kubeconfig, pvc, ML_NAMESPACE)
+    _write_back_secret(kubectl, setup.url)
     params = [a for k, v in LOOP_ARGS.items() for a in ("-p", f"{k}={v}")]
     proc = script(kubectl, kubeconfig, ML_NAMESPACE, "submit-pipeline.sh", "--wait", *params,
                   timeout=PIPELINE_TIMEOUT_S)  # fmt: skip
@@ -642,14 +656,18 @@ def loop(setup: GitOps, kubectl: Kubectl, kubeconfig: Path, overlay) -> dict:
                            "-l", f"workflows.argoproj.io/workflow={name}").stdout  # fmt: skip
         raise AssertionError(f"{proc.stdout}{proc.stderr}\n{steps}\n{logs}")
     MEASURED["loop_push_to_published_s"] = round(time.monotonic() - t0, 1)
-    return {"name": name, "t0": t0}
+    return {"name": name, "t0": t0, "rev": rev}
 
 
-def test_a_pushed_training_change_runs_from_the_synced_template(loop: dict, kubectl: Kubectl):
+def test_a_pushed_training_change_runs_from_the_synced_template(
+    loop: dict, setup: GitOps, kubectl: Kubectl
+):
     """The run's training jobs carry the pushed values (from the synced WorkflowTemplate, not
     from the command line); select publishes version 1 and the serve step stamps the
     InferenceService, server-side under its own field manager: Argo CD neither reverts the
-    stamp nor reports drift for three reconciliation periods (no fight with self-heal)."""
+    stamp nor reports drift for three reconciliation periods (no fight with self-heal). The
+    run's write-back (on) read version 1 from select's report and pushed nothing: git names
+    it already."""
     resources = json.loads(LOOP_PUSH["train-resources"])
     jobs = [*kubectl.json("get", "tfjobs", "-n", ML_NAMESPACE)["items"],
             *kubectl.json("get", "pytorchjobs", "-n", ML_NAMESPACE)["items"]]  # fmt: skip
@@ -666,6 +684,13 @@ def test_a_pushed_training_change_runs_from_the_synced_template(loop: dict, kube
         (real_node.volume_root(ML_NAMESPACE) / "reports" / "selection.json").read_text()
     )
     assert report["published"] and report["version"] == 1, report
+    # the write-back (on: LOOP_ARGS) read version 1 from select's report, which git names
+    # already (both overlays start at 1): it pushed nothing
+    nodes = kubectl.json("get", "workflow", loop["name"], "-n", ML_NAMESPACE)["status"]["nodes"]
+    (back,) = [n for n in nodes.values() if n["displayName"] == "write-back"]
+    assert back["phase"] == "Succeeded", back
+    assert {"name": "version", "value": "1"} in back["inputs"]["parameters"], back["inputs"]
+    assert git("ls-remote", setup.url, "refs/heads/main").split()[0] == loop["rev"]
     isvc = kubectl.json("get", "inferenceservice", "fashion-mnist", "-n", ML_NAMESPACE)
     stamped = isvc["metadata"]["annotations"]["fashion-mnist.example.com/published-by"]
     assert stamped == loop["name"]
@@ -1026,6 +1051,43 @@ def test_promotion_rollback_and_canary_are_commits(
     assert pushed.returncode == 0, pushed.stderr
     answers.wait_for(2, in_a_row=10)
     print(f"\npromotion measurements: {MEASURED}")
+
+
+def test_a_run_writes_its_published_version_back_to_git(
+    loop: dict, setup: GitOps, kubectl: Kubectl, kubeconfig: Path
+):
+    """docs/gitops.md "Write-back from the pipeline": the pipeline's write-back step (here
+    alone, as its entrypoint, for a version 3 published on the volume) pushes a commit naming
+    that version to the branch Argo CD follows; Argo CD syncs it through the webhook and
+    version 3 answers. A second write-back of it pushes nothing."""
+    from small_model import publish_small_model
+
+    publish_small_model(_models(), 3, train_examples=0, seed=11)
+    real_node.chown_tree(_models() / "3")
+    answers = Answers(kubectl, [2, 3])
+    answers.wait_for(2, in_a_row=3)  # where the promotion test left it
+    before = git("ls-remote", setup.url, "refs/heads/main").split()[0]
+    args = ["--entrypoint", "write-back", "-p", "version=3", "-p",
+            f"write-back-secret={WRITE_BACK_SECRET}"]  # fmt: skip
+    t0 = time.monotonic()
+    proc = script(kubectl, kubeconfig, ML_NAMESPACE, "submit-pipeline.sh", "--wait", *args)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    after = git("ls-remote", setup.url, "refs/heads/main").split()[0]
+    assert after != before
+    git("pull", "--quiet", "--rebase", "origin", "main", cwd=setup.user)
+    subject = git("log", "-1", "--format=%s %an", cwd=setup.user).strip()
+    assert subject.startswith("promote local-k3d: serve model version 3 (was 2; written back"), (
+        subject
+    )
+    assert subject.endswith("fashion-mnist pipeline"), subject
+    data = yaml.safe_load((setup.user / "overlays/local-k3d/environment.yaml").read_text())["data"]
+    assert (data["model-version"], data["canary-traffic-percent"]) == ("3", "100")
+    gitops.wait_synced(kubectl, ML_APP, after, timeout=RECONCILIATION_S * 3)
+    answers.wait_for(3)
+    MEASURED["write_back_submit_to_new_version_s"] = round(time.monotonic() - t0, 1)
+    proc = script(kubectl, kubeconfig, ML_NAMESPACE, "submit-pipeline.sh", "--wait", *args)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert git("ls-remote", setup.url, "refs/heads/main").split()[0] == after
 
 
 # --- the data outlives any sync and the Application: the volume with every model version -----

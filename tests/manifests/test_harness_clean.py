@@ -40,7 +40,7 @@ TOPICS = {
         "image-by-content",
         "probes",
     },
-    "gitops": {"sync-waves", "wave-health", "argocd-drift", "kept-data"},
+    "gitops": {"sync-waves", "wave-health", "argocd-drift", "kept-data", "write-back-image"},
     "core": {"exemption"},
 }
 

@@ -196,8 +196,10 @@ def test_containers_of_any_pod_spec():
 
 
 def test_a_mutable_pipeline_image_tag_is_refused_where_nodes_keep_images(broken):
-    """The overlay's images: entry with a mutable tag and IfNotPresent: refused on the
-    WorkflowTemplate; the same tag pulled Always, or a digest, passes."""
+    """The overlay's images: entry with a mutable tag and IfNotPresent: refused on every
+    container that runs it (the steps, the TFJob's, the PyTorchJob's -torch); pulled Always
+    it passes, but not where a container sets IfNotPresent itself or hard-codes a mutable tag
+    of the same image; a pull policy Kubernetes does not know is refused."""
     kust = "overlays/local-k3d/kustomization.yaml"
     env = "overlays/local-k3d/environment.yaml"
 
@@ -205,16 +207,42 @@ def test_a_mutable_pipeline_image_tag_is_refused_where_nodes_keep_images(broken)
         return [f for f in broken.check("overlays/local-k3d") if f.check == "image-by-content"]
 
     assert not found()
+    broken.edit(kust, lambda d: d["images"][0].update(newTag="src-0123456789AB"))
+    assert found()  # lower-case hex only, as sha256sum prints it
     broken.edit(kust, lambda d: d["images"][0].update(newTag="0.1.0"))
-    (f,) = found()
-    assert (f.obj, f.field) == (WFT_REF, "spec.arguments.parameters[image].value")
-    assert "'fashion-mnist/ml:0.1.0' with image-pull-policy IfNotPresent" in f.message
+    hits = found()
+    fields = {f.field for f in hits}
+    assert {"spec.templates[ingest].container.image", f"{TENSORFLOW}.image"} <= fields
+    assert PYTORCH & {f.field.removesuffix(".image") for f in hits}, fields
+    assert {f.obj for f in hits} >= {WFT_REF, *TFJOBS, PYTORCHJOB}
+    assert any("'fashion-mnist/ml:0.1.0' pulled IfNotPresent" in f.message for f in hits)
     broken.edit(env, lambda d: d["data"].update({"image-pull-policy": "Always"}))
     assert not found()
-    broken.edit(env, lambda d: d["data"].update({"image-pull-policy": "always"}))
+    broken.edit(
+        WFT, lambda d: template(d, "select")["container"].update(imagePullPolicy="IfNotPresent")
+    )
     (f,) = found()
-    assert f.field == "spec.arguments.parameters[image-pull-policy].value", f
-    assert "'always' is none of Kubernetes' Always, IfNotPresent, Never" in f.message
+    assert f.field == "spec.templates[select].container.image", f
+    broken.edit(kust, lambda d: d["images"][0].update(newTag="src-0123456789ab"))
     broken.edit(env, lambda d: d["data"].update({"image-pull-policy": "IfNotPresent"}))
-    broken.edit(kust, lambda d: d["images"][0].update(digest="sha256:" + "a" * 64))
+    broken.edit(
+        WFT, lambda d: template(d, "ingest")["container"].update(image="fashion-mnist/ml:0.1.0")
+    )
+    (f,) = found()  # a step that names the image itself: kustomize's images: leaves it
+    assert f.field == "spec.templates[ingest].container.image", f
+    broken.edit(env, lambda d: d["data"].update({"image-pull-policy": "always"}))
+    hits = [f for f in found() if f.field == "spec.arguments.parameters[image-pull-policy].value"]
+    assert hits and "'always' is none of Kubernetes' Always, IfNotPresent, Never" in hits[0].message
+
+
+def test_the_write_back_runs_the_argo_cd_that_argocd_install_installs(broken):
+    def found():
+        hits = broken.check("base/ml", "argocd/install")
+        return [f for f in hits if f.check == "write-back-image"]
+
     assert not found()
+    image = "quay.io/argoproj/argocd:v3.4.0"
+    broken.edit(WFT, lambda d: template(d, "write-back")["script"].update(image=image))
+    (f,) = found()
+    assert (f.obj, f.field) == (WFT_REF, "spec.templates[write-back].script.image")
+    assert f"{image} is not the Argo CD argocd/install installs" in f.message

@@ -224,6 +224,12 @@ def test_the_tag_is_the_content_of_the_build_context(clone, tmp_path):
     (copy / "src" / "marker.txt").unlink()
     (copy / "Dockerfile").write_text((copy / "Dockerfile").read_text() + "# more\n")
     assert tag_of(copy) not in (tag, changed)
+    shutil.copy(clone / "Dockerfile", copy / "Dockerfile")
+    assert tag_of(copy) == tag
+    base = versions()["PYTHON_BASE_IMAGE"]
+    text = (copy / "versions.env").read_text().replace(base, base.replace("-slim", "-bookworm"))
+    (copy / "versions.env").write_text(text)
+    assert tag_of(copy) != tag  # the base it is built FROM
 
 
 def test_build_image_builds_imports_and_commits_the_content_tag(fakes, clone):
@@ -301,7 +307,7 @@ def test_build_image_refuses_uncommitted_code_and_a_failed_build_changes_nothing
     assert git(clone, "rev-parse", "HEAD") == head and git(clone, "status", "--porcelain")
 
 
-@pytest.mark.parametrize("change", ["versions.env", "ignored", "detached"])
+@pytest.mark.parametrize("change", ["versions.env", "ignored", "detached", "overlay", "digest"])
 def test_build_image_refuses_before_building(fakes, clone, change):
     """What would make the tag in git name something git does not hold is refused before any
     build: an uncommitted base image (versions.env, hashed into the tag), a file under src/
@@ -316,6 +322,15 @@ def test_build_image_refuses_before_building(fakes, clone, change):
         (clone / "src" / ".ruff_cache" / "x").write_text("cache\n")
         assert not git(clone, "status", "--porcelain")  # git ignores it
         want = "src/.ruff_cache/x"
+    elif change == "overlay":
+        with (clone / KUST).open("a") as f:
+            f.write("# an edit not committed\n")
+        want = KUST
+    elif change == "digest":
+        text = (clone / KUST).read_text()
+        (clone / KUST).write_text(text + f"    digest: sha256:{'a' * 64}\n")
+        git(clone, "commit", "-qam", "pinned by digest")
+        want = "needs a tag"
     else:
         git(clone, "checkout", "-q", "--detach")
         want = "detached HEAD"
@@ -323,8 +338,37 @@ def test_build_image_refuses_before_building(fakes, clone, change):
     proc, calls = fakes("build-image.sh", kubectl=REAL_KUBECTL, root=clone)
     assert proc.returncode == 1 and want in proc.stderr, proc.stderr
     assert not calls and git(clone, "rev-parse", "HEAD") == head
-    proc, calls = fakes("build-image.sh", "--no-commit", kubectl=REAL_KUBECTL, root=clone)
-    assert proc.returncode == 0 and only(calls, "docker", "build"), proc.stderr
+    if change != "digest":
+        proc, calls = fakes("build-image.sh", "--no-commit", kubectl=REAL_KUBECTL, root=clone)
+        assert proc.returncode == 0 and only(calls, "docker", "build"), proc.stderr
+
+
+@pytest.mark.parametrize("style", ["kustomize-edit", "flow", "two-entries", "named-twice"])
+def test_build_image_sets_the_tag_of_the_one_entry_in_any_yaml_style(fakes, clone, style):
+    """The images: entry as `kustomize edit set image` writes it (2-space indentation), in
+    flow style, beside another image's entry (left as it was): its newTag is set, every
+    other byte kept. Two entries for the pipeline's image: refused, the file unchanged."""
+    entries = {
+        "kustomize-edit": "images:\n- name: fashion-mnist/ml\n  newTag: src-000000000000\n",
+        "flow": "images: [{name: fashion-mnist/ml, newTag: 'src-000000000000'}]  # flow\n",
+        "two-entries": "images:\n  - newTag: '1.36'\n    name: busybox\n"
+        "  - newTag: src-000000000000\n    name: fashion-mnist/ml\n",
+        "named-twice": "images:\n  - {name: fashion-mnist/ml, newTag: src-000000000000}\n"
+        "  - {name: fashion-mnist/ml, newTag: src-111111111111}\n",
+    }
+    text = (clone / KUST).read_text()
+    text = text[: text.index("images:")] + entries[style]
+    (clone / KUST).write_text(text)
+    git(clone, "commit", "-qam", f"images: {style}")
+    proc, _ = fakes("build-image.sh", "--set-only", kubectl=REAL_KUBECTL, root=clone)
+    tag = tag_of(clone)
+    if style == "named-twice":
+        assert proc.returncode == 1 and "2 images: entries named fashion-mnist/ml" in proc.stderr
+        assert (clone / KUST).read_text() == text and not git(clone, "status", "--porcelain")
+        return
+    assert proc.returncode == 0, proc.stderr
+    assert (clone / KUST).read_text() == text.replace("src-000000000000", tag)
+    assert image_of(clone, "local-k3d") == f"fashion-mnist/ml:{tag}"
 
 
 def test_build_image_set_only_builds_nothing_and_commits_the_tag(fakes, clone):
