@@ -8,6 +8,7 @@ from collections.abc import Iterator
 
 from validation.argo import WORKFLOW_KINDS, workflow_spec
 from validation.core import Context, Hit, Obj, check, dig
+from validation.pods import pod_containers
 from validation.workflow import memo_caches
 
 WAVE = "argocd.argoproj.io/sync-wave"
@@ -231,35 +232,34 @@ def kept_data(ctx: Context) -> Iterator[Hit]:
             )
 
 
-#: The image repository of Argo CD (argocd/install's Deployments), which the pipeline's
-#: write-back step also runs.
-ARGOCD_IMAGE = "quay.io/argoproj/argocd"
+#: Argo CD's image (argocd/install's Deployments), which the pipeline's write-back also runs:
+#: its name, on any registry.
+ARGOCD_IMAGE = re.compile(r"(?:^|/)argoproj/argocd(?=[:@]|$)")
 
 
 @check("write-back-image")
 def write_back_image(ctx: Context) -> Iterator[Hit]:
-    """A Workflow template that runs Argo CD's image (the pipeline's ``write-back``) runs the
-    one argocd/install installs: the version is pinned once, by the install's URL, and checked
-    equal here (kustomize cannot copy it from a URL). Silent when argocd/install is not among
-    the rendered kustomizations."""
+    """A Workflow container that runs Argo CD's image (the pipeline's ``write-back``) runs the
+    one argocd/install installs, the same reference: the version is pinned once, by the
+    install's URL, and checked equal here (kustomize cannot copy it from a URL). Silent when
+    argocd/install is not among the rendered kustomizations."""
     installed = {
         c.get("image")
         for o in ctx.everywhere("Deployment", "StatefulSet")
         for c in dig(o.doc, "spec", "template", "spec", "containers", default=[]) or []
-        if str(c.get("image", "")).startswith(f"{ARGOCD_IMAGE}:")
+        if ARGOCD_IMAGE.search(str(c.get("image", "")))
     }
     if not installed:
         return
     for o in ctx.kinds(*WORKFLOW_KINDS):
-        for t in workflow_spec(o).get("templates") or []:
-            for key in ("container", "script"):
-                image = str(dig(t, key, "image", default="") or "")
-                if image.startswith(f"{ARGOCD_IMAGE}:") and image not in installed:
-                    yield (
-                        o,
-                        f"spec.templates[{t.get('name')}].{key}.image",
-                        (
-                            f"{image} is not the Argo CD argocd/install installs "
-                            f"({', '.join(sorted(installed))})"
-                        ),
-                    )
+        for _, c, path, _ in pod_containers(o):
+            image = str(c.get("image", ""))
+            if ARGOCD_IMAGE.search(image) and image not in installed:
+                yield (
+                    o,
+                    f"{path}.image",
+                    (
+                        f"{image} is not the Argo CD argocd/install installs "
+                        f"({', '.join(sorted(installed))})"
+                    ),
+                )

@@ -623,9 +623,12 @@ LOOP_ARGS = {k: v for k, v in SMOKE_RUN.items() if k not in LOOP_PUSH} | {
 
 def _write_back_secret(kubectl: Kubectl, url: str) -> None:
     """docs/gitops.md's write-back Secret: the repository Argo CD follows and the file."""
-    kubectl("create", "secret", "generic", WRITE_BACK_SECRET, "-n", ML_NAMESPACE,
-            f"--from-literal=url={url}", "--from-literal=path=overlays/local-k3d/environment.yaml",
-            "--from-literal=branch=main")  # fmt: skip
+    path = "overlays/local-k3d/environment.yaml"
+    kubectl.apply({
+        "apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+        "metadata": {"name": WRITE_BACK_SECRET, "namespace": ML_NAMESPACE},
+        "stringData": {"url": url, "path": path, "branch": "main"},
+    })  # fmt: skip
 
 
 @pytest.fixture(scope="module")

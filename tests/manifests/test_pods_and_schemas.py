@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from validation.core import CHECKS, Context, Obj
 
 from .conftest import param, template
@@ -235,13 +237,20 @@ def test_a_mutable_pipeline_image_tag_is_refused_where_nodes_keep_images(broken)
     assert hits and "'always' is none of Kubernetes' Always, IfNotPresent, Never" in hits[0].message
 
 
-def test_the_write_back_runs_the_argo_cd_that_argocd_install_installs(broken):
+@pytest.mark.parametrize(
+    "image",
+    [
+        "quay.io/argoproj/argocd:v3.4.0",
+        "docker.io/argoproj/argocd:v3.5.1",  # the install's version on another registry
+        "quay.io/argoproj/argocd@sha256:" + "a" * 64,
+    ],
+)
+def test_the_write_back_runs_the_argo_cd_that_argocd_install_installs(broken, image):
     def found():
         hits = broken.check("base/ml", "argocd/install")
         return [f for f in hits if f.check == "write-back-image"]
 
     assert not found()
-    image = "quay.io/argoproj/argocd:v3.4.0"
     broken.edit(WFT, lambda d: template(d, "write-back")["script"].update(image=image))
     (f,) = found()
     assert (f.obj, f.field) == (WFT_REF, "spec.templates[write-back].script.image")

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
+import yaml
 
 from validation.argo import expression
 
-from .conftest import by_name, param, template
+from .conftest import ROOT, by_name, param, template
 from .manifest_refs import (
     EXECUTOR_PATCH,
     PYTORCH_SPECS,
@@ -400,3 +403,29 @@ def test_a_canary_share_of_0_or_100_is_accepted(broken):
     env = "overlays/gpu-cloud/environment.yaml"
     broken.replace(env, 'canary-traffic-percent: "100"', 'canary-traffic-percent: "0"')
     assert [f for f in broken.check("overlays/gpu-cloud") if f.check == "environment"] == []
+
+
+def test_the_write_back_task_reads_the_version_select_reports_and_runs_only_when_on():
+    """The pipeline's write-back (docs/gitops.md): after serve, only with write-back-secret
+    set (off by default: its pod would mount a Secret named ""), its version the ``version``
+    of select's report, read from the file select writes on the volume."""
+    wft = yaml.safe_load((ROOT / WFT).read_text())
+    t = task(wft, "pipeline", "write-back")
+    assert t["template"] == "write-back" and t["dependencies"] == ["serve"]
+    assert t["when"] == "'{{workflow.parameters.write-back-secret}}' != ''"
+    assert param(wft, "write-back-secret")["value"] == ""
+    (arg,) = t["arguments"]["parameters"]
+    got = re.fullmatch(
+        r"\{\{=jsonpath\(tasks\.([\w-]+)\.outputs\.parameters\.([\w-]+), '\$\.(\w+)'\)\}\}",
+        arg["value"],
+    )
+    assert got and got.groups() == ("select", "report", "version"), arg
+    assert [i["name"] for i in template(wft, "write-back")["inputs"]["parameters"]] == [arg["name"]]
+    select = template(wft, "select")
+    (out,) = select["outputs"]["parameters"]
+    args = select["container"]["args"]
+    path = out["valueFrom"]["path"]
+    assert out["name"] == "report" and path == args[args.index("--report") + 1]
+    mounts = [m["mountPath"] for m in select["container"]["volumeMounts"]]
+    assert any(path.startswith(f"{m}/") for m in mounts), (path, mounts)
+    assert "select" in task(wft, "pipeline", "serve")["dependencies"]

@@ -69,7 +69,7 @@ def write_back(tmp_path: Path, secret_dir: Path, version: str) -> subprocess.Com
     home.mkdir()
     env = {e["name"]: e["value"] for e in t["script"]["env"]}
     assert env["VERSION"] == "{{inputs.parameters.version}}" and env["SECRET_DIR"] == "/secret"
-    env.update(VERSION=version, RUN="fashion-mnist-pipeline-x7k2p",
+    env.update(VERSION=version, RUN="fashion-mnist-pipeline-x7k2p", SECRET_NAME="wb",
                SECRET_DIR=str(secret_dir), HOME=str(home))  # fmt: skip
     keep = {k: os.environ[k] for k in ("PATH", "LANG") if k in os.environ}
     return subprocess.run(
@@ -121,7 +121,8 @@ def test_a_running_canary_and_bad_input_are_refused_and_push_nothing(tmp_path, r
         [
             ("1e+06", good, "'1e+06' is no published version"),
             ("", good, "'' is no published version"),
-            ("3", {"url": good["url"]}, "the Secret has no 'path'"),
+            ("3", {"url": good["url"]}, "the Secret wb has no 'path'"),
+            ("3", {}, "the Secret wb has no 'url' (is it in this namespace?)"),  # none mounted
             ("3", {**good, "path": "../x/environment.yaml"}, "is not overlays/<env>/environment"),
             ("3", {**good, "sshPrivateKey": "key"}, "sshPrivateKey needs sshKnownHosts"),
             ("3", {**good, "branch": "nowhere"}, "nowhere"),
@@ -134,6 +135,34 @@ def test_a_running_canary_and_bad_input_are_refused_and_push_nothing(tmp_path, r
         proc = write_back(tmp_path, d, version)
         assert proc.returncode != 0 and why in proc.stderr, (version, keys, proc.stderr)
     assert subjects(remote) == ["canary", "initial"]
+
+
+def edit_remote(tmp_path: Path, remote: Path, old: str, new: str) -> None:
+    """Another commit on the forge's main: ``old`` replaced by ``new`` in the environment."""
+    work = tmp_path / f"edit-{len(list(tmp_path.glob('edit-*')))}"
+    git(tmp_path, "clone", "-q", str(remote), str(work))
+    text = (work / ENV_FILE).read_text()
+    assert old in text
+    (work / ENV_FILE).write_text(text.replace(old, new))
+    git(work, "commit", "-qam", f"{old} -> {new}")
+    git(work, "push", "-q", "origin", "main")
+
+
+def test_only_a_newer_version_is_written_and_an_aborted_canary_is_ended(tmp_path, remote):
+    """Forward only: git naming version 7 (a promotion) refuses a write-back of 2, and of
+    10 against 9 compares as numbers; after a canary's --abort (share 0), the written version
+    gets every request (100), as promote.sh VERSION gives it."""
+    s = secret(tmp_path, url=f"file://{remote}", path=ENV_FILE)
+    edit_remote(tmp_path, remote, 'model-version: "1"', 'model-version: "7"')
+    proc = write_back(tmp_path, s, "2")
+    assert proc.returncode == 1 and "names version 7, newer than 2" in proc.stderr
+    assert served(remote) == ("7", "100")
+    edit_remote(tmp_path, remote, 'model-version: "7"', 'model-version: "9"')
+    edit_remote(tmp_path, remote, 'canary-traffic-percent: "100"', 'canary-traffic-percent: "0"')
+    proc = write_back(tmp_path, s, "10")
+    assert proc.returncode == 0, proc.stderr
+    assert served(remote) == ("10", "100")
+    assert subjects(remote)[0].startswith("promote local-k3d: serve model version 10 (was 9;")
 
 
 def test_a_refused_push_is_fetched_and_retried(tmp_path, remote):
@@ -163,3 +192,16 @@ def test_https_credentials_come_from_the_secret_when_git_asks(tmp_path, remote):
     )  # fmt: skip
     assert "username=bot" in asked.stdout and "password=token-123" in asked.stdout, asked
     assert "token-123" not in (home / ".gitconfig").read_text()
+
+
+def test_a_push_refused_then_a_failed_fetch_fails_the_step(tmp_path, remote):
+    """The forge refuses the push and cannot be fetched again: the step fails (it must not
+    read its own unpushed commit as git's and report the version written)."""
+    link = tmp_path / "forge-link.git"
+    link.symlink_to(remote)
+    hook = remote / "hooks" / "pre-receive"
+    hook.write_text(f"#!/bin/sh\nrm -f {link}\nexit 1\n")
+    hook.chmod(0o755)
+    proc = write_back(tmp_path, secret(tmp_path, url=f"file://{link}", path=ENV_FILE), "5")
+    assert proc.returncode == 1 and "fetching main again failed" in proc.stderr, proc.stderr
+    assert served(remote) == ("1", "100")
