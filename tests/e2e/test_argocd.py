@@ -787,14 +787,16 @@ def _build_image(tree: Path, kubectl: Kubectl, *args: str) -> subprocess.Complet
 
 def _containers(kubectl: Kubectl, selector: str, name: str) -> dict[str, tuple[str, str]]:
     """Pod name -> (image, imageID) of its container ``name``, for the pods of ``selector``
-    in the ML namespace whose container has started (an imageID)."""
-    pods = kubectl.json("get", "pods", "-n", ML_NAMESPACE, "-l", selector)["items"]
-    return {
-        p["metadata"]["name"]: (c["image"], c["imageID"])
-        for p in pods
-        for c in (p.get("status") or {}).get("containerStatuses") or []
-        if c["name"] == name and c.get("imageID")
-    }
+    in the ML namespace whose container has started (an imageID): the image its spec asks for
+    (the status's ``image`` is any name the node has for that image: the e2e gives ml a second
+    one, KServe's runtimeVersion tag) and the one the node ran."""
+    out = {}
+    for p in kubectl.json("get", "pods", "-n", ML_NAMESPACE, "-l", selector)["items"]:
+        asked = {c["name"]: c["image"] for c in p["spec"]["containers"]}
+        for c in (p.get("status") or {}).get("containerStatuses") or []:
+            if c["name"] == name and c.get("imageID"):
+                out[p["metadata"]["name"]] = (asked[name], c["imageID"])
+    return out
 
 
 def _digest(image_id: str) -> str:
@@ -848,7 +850,8 @@ def test_a_rebuilt_image_named_in_git_is_what_the_next_run_runs(
 
     def finished() -> str | None:  # the pod is collected once it succeeds: read it as it runs
         seen.update(_containers(kubectl, f"workflows.argoproj.io/workflow={name}", "main"))
-        phase = kubectl.json("get", "workflow", name, "-n", ML_NAMESPACE)["status"].get("phase")
+        wf = kubectl.json("get", "workflow", name, "-n", ML_NAMESPACE)
+        phase = (wf.get("status") or {}).get("phase")  # (none yet: just created)
         return phase if phase in ("Succeeded", "Failed", "Error") else None
 
     assert wait_until(finished, timeout=300, what=f"workflow {name}") == "Succeeded", seen
