@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from git_repo import git
 
 from validation.pods import CONTENT_TAG
 
@@ -147,18 +148,7 @@ def test_k3d_up_refuses_another_k3d_version(fakes):
 
 # --- build-image.sh: run in a git clone (it commits the tag it builds) ---
 
-GIT_ENV = {
-    "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com",
-    "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.com",
-}  # fmt: skip
 KUST = "overlays/local-k3d/kustomization.yaml"
-
-
-def git(root: Path, *args: str) -> str:
-    return subprocess.run(
-        ["git", *args], cwd=root, env={**os.environ, **GIT_ENV},
-        check=True, capture_output=True, text=True,
-    ).stdout  # fmt: skip
 
 
 @pytest.fixture

@@ -17,20 +17,10 @@ from pathlib import Path
 
 import pytest
 import yaml
+from git_repo import GIT_ENV, git
 
 REPO = Path(__file__).resolve().parents[2]
 ENV_FILE = "overlays/local-k3d/environment.yaml"
-GIT_ENV = {
-    "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com",
-    "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.com",
-}  # fmt: skip
-
-
-def git(clone: Path, *args: str) -> str:
-    env = {**os.environ, **GIT_ENV}
-    return subprocess.run(
-        ["git", *args], cwd=clone, env=env, check=True, capture_output=True, text=True
-    ).stdout
 
 
 @pytest.fixture

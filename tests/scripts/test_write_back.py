@@ -17,27 +17,17 @@ from pathlib import Path
 
 import pytest
 import yaml
+from git_repo import git
 
 REPO = Path(__file__).resolve().parents[2]
 WFT = REPO / "base" / "ml" / "pipeline" / "workflowtemplate.yaml"
 ENV_FILE = "overlays/local-k3d/environment.yaml"
-GIT_ENV = {
-    "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com",
-    "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.com",
-}  # fmt: skip
 
 
 def template() -> dict:
     (wft,) = [d for d in yaml.safe_load_all(WFT.read_text()) if d]
     (t,) = [t for t in wft["spec"]["templates"] if t["name"] == "write-back"]
     return t
-
-
-def git(cwd: Path, *args: str) -> str:
-    return subprocess.run(
-        ["git", *args], cwd=cwd, env={**os.environ, **GIT_ENV},
-        check=True, capture_output=True, text=True,
-    ).stdout  # fmt: skip
 
 
 @pytest.fixture
