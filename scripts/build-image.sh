@@ -39,7 +39,7 @@ done
 if [[ "${GPU}" == true ]]; then OVERLAY=gpu-cloud EXTRAS=gpu; else OVERLAY=local-k3d EXTRAS=""; fi
 FILE="overlays/${OVERLAY}/kustomization.yaml"
 # what the tag hashes (lib.sh content_tag): the build context and versions.env's base image
-INPUTS=(Dockerfile pyproject.toml README.md src versions.env)
+INPUTS=("${IMAGE_FILES[@]}" src versions.env)
 # the tag in git must name what git holds: the inputs and the overlay committed first, no file
 # under src/ that git ignores but `docker build` copies (.dockerignore drops only bytecode and
 # egg-info), and a branch to commit on; all checked before anything is built

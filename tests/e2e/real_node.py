@@ -18,6 +18,7 @@ import json
 import os
 import shutil
 import subprocess
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -111,16 +112,21 @@ def imported_images() -> set[str]:
     return {line for line in (node_dir() / "images.txt").read_text().split() if line}
 
 
-def _ctr(*args: str) -> str:
-    """``ctr`` (scripts/tools.sh containerd) on the node's containerd, in the CRI's namespace
-    ``k8s.io``; its stdout. Raises CalledProcessError when it fails."""
-    bin_dir = subprocess.run(
+@cache
+def _containerd_bin_dir() -> str:
+    """Where scripts/tools.sh built containerd's programs (asked once per session)."""
+    return subprocess.run(
         [str(REPO_ROOT / "scripts" / "tools.sh"), "--bin-dir", "containerd"],
         capture_output=True, text=True, check=True,
     ).stdout.strip()  # fmt: skip
+
+
+def _ctr(*args: str) -> str:
+    """``ctr`` (scripts/tools.sh containerd) on the node's containerd, in the CRI's namespace
+    ``k8s.io``; its stdout. Raises CalledProcessError when it fails."""
     return subprocess.run(
-        [f"{bin_dir}/ctr", "--address", str(node_dir() / "containerd.sock"), "--namespace",
-         "k8s.io", *args],
+        [f"{_containerd_bin_dir()}/ctr", "--address", str(node_dir() / "containerd.sock"),
+         "--namespace", "k8s.io", *args],
         capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
 
