@@ -15,7 +15,7 @@ RUN groupadd --gid 1000 app && useradd --uid 1000 --gid 1000 --create-home --she
 
 WORKDIR /opt/app
 # Dependencies first, read from pyproject.toml alone (pinned there), so that a change to src/
-# or README.md rebuilds only the small layer at the end (layer caching: docker build,
+# rebuilds only the small layer at the end (layer caching: docker build,
 # buildah --layers). Two layers: the [project] dependencies, the same for every build of
 # this file, then the EXTRAS' optional-dependencies on top. The -torch build thus shares the
 # TensorFlow layer with the plain one (built once, stored once by a registry or containerd)
@@ -35,9 +35,11 @@ print("\n".join(d for e in sys.argv[1].split(",") if e \
 for d in p["optional-dependencies"][e]))' "${EXTRAS}" > /tmp/extras.txt \
     && if [ -s /tmp/extras.txt ]; then pip install -r /tmp/extras.txt; fi \
     && rm -rf /root/.cache /tmp/extras.txt
-COPY README.md ./
 COPY src ./src
-RUN pip install --no-deps . && rm -rf /root/.cache build
+# pyproject's `readme` names README.md, which only fills the package's long description: an
+# empty one stands in, so that the repository's README is no part of the build context (an
+# edit to it would be a new image and content tag: scripts/lib.sh image_context)
+RUN touch README.md && pip install --no-deps . && rm -rf /root/.cache build README.md
 
 USER 1000:1000
 ENV HOME=/home/app

@@ -125,7 +125,7 @@ pinned_version() {
 # pyproject.toml and README.md whole, then a sha256sum line for each file under src/ (sorted,
 # bytecode and egg-info left out): the files .dockerignore lets into `docker build`'s context,
 # committed or not. scripts/e2e-images.sh keys its ml build on it too.
-IMAGE_FILES=(Dockerfile pyproject.toml README.md)  # beside src/: the build context's files
+IMAGE_FILES=(Dockerfile pyproject.toml)  # beside src/: the build context's files
 image_context() {
   (cd "${REPO_ROOT}" && cat "${IMAGE_FILES[@]}" \
     && find src -type f ! -path '*/__pycache__/*' ! -path '*.egg-info/*' -print0 \

@@ -154,8 +154,7 @@ KUST = "overlays/local-k3d/kustomization.yaml"
 @pytest.fixture
 def clone(tmp_path) -> Path:
     """A git repository with what build-image.sh reads: its scripts, the manifests it renders
-    (base, overlays) and the image's build context (Dockerfile, pyproject.toml, README.md,
-    src), committed."""
+    (base, overlays) and the image's build context (Dockerfile, pyproject.toml, src), committed."""
     root = tmp_path / "repo"
     root.mkdir()
     ignore = shutil.ignore_patterns("__pycache__", "*.egg-info")
@@ -199,7 +198,8 @@ def test_the_image_is_named_by_each_overlays_images_entry():
 
 def test_the_tag_is_the_content_of_the_build_context(clone, tmp_path):
     """The same tree gives the same tag (another copy too); a change under src/ or to the
-    Dockerfile gives another one; a change outside the build context does not."""
+    Dockerfile gives another one; a change outside the build context (the README's too) does
+    not."""
     tag = tag_of(clone)
     assert CONTENT_TAG.fullmatch(tag), tag
     copy = tmp_path / "copy"
@@ -207,7 +207,8 @@ def test_the_tag_is_the_content_of_the_build_context(clone, tmp_path):
     assert tag_of(copy) == tag
     (copy / "docs").mkdir()
     (copy / "docs" / "note.md").write_text("outside the image\n")
-    assert tag_of(copy) == tag
+    (copy / "README.md").write_text((copy / "README.md").read_text() + "an edit\n")
+    assert tag_of(copy) == tag  # the README too: the Dockerfile's is an empty stand-in
     (copy / "src" / "marker.txt").write_text("a change under src/\n")
     changed = tag_of(copy)
     assert CONTENT_TAG.fullmatch(changed) and changed != tag
