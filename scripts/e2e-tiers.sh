@@ -32,8 +32,9 @@ TOOLS="$ROOT/scripts/tools.sh"
 
 # Seconds of a warm `make e2e` on each kind of CPU the CI machines have been (docs/results.md
 # has the runs), with room: the core with the cluster's start and teardown, with `make test`
-# beside it as .ci/run runs it (Intel: 1,681 s measured), then each tier's own tests. `plan`
-# keeps this much. The kind: cpu_kind below.
+# beside it as .ci/run runs it (Intel: 1,681 s measured; AMD: an estimate, its run without it
+# plus the Intel's difference), then each tier's own tests. `plan` keeps this much. The kind:
+# cpu_kind below.
 declare -A CORE_E2E_SECONDS=([intel]=1750 [amd]=1950)
 TIERS=(serving gitops pulumi)
 # serving: KServe's predictor with its agent and message-dumper on the real node, in both modes:

@@ -121,8 +121,8 @@ pinned_version() {
   echo "${v}"
 }
 
-# image_context: what the pipeline image is built from, as one stream: the Dockerfile,
-# pyproject.toml and README.md whole, then a sha256sum line for each file under src/ (sorted,
+# image_context: what the pipeline image is built from, as one stream: the Dockerfile and
+# pyproject.toml whole, then a sha256sum line for each file under src/ (sorted,
 # bytecode and egg-info left out): the files .dockerignore lets into `docker build`'s context,
 # committed or not. scripts/e2e-images.sh keys its ml build on it too.
 IMAGE_FILES=(Dockerfile pyproject.toml)  # beside src/: the build context's files
