@@ -16,7 +16,9 @@
 #   scripts/e2e-tiers.sh report           one loud line per tier in E2E_SKIP_TIERS (and each tier
 #                                         that needs one of them): what did not run, and how to run it
 #   scripts/e2e-tiers.sh seconds [TIER]  the seconds `plan` keeps for the core (or TIER) on this
-#                                         machine's CPU, and the CPU's kind (cpu_kind)
+#                                         machine's CPU, and the CPU's kind (cpu_kind); `seconds
+#                                         test`: those of `make test` alone
+#   scripts/e2e-tiers.sh tiers           the tiers' names, one per line
 #   scripts/e2e-tiers.sh plan DEADLINE [PID]
 #                                         the tiers to skip (one line, space-separated) so that
 #                                         `make e2e` ends by DEADLINE (Unix seconds): a tier whose
@@ -36,6 +38,9 @@ TOOLS="$ROOT/scripts/tools.sh"
 # plus the Intel's difference), then each tier's own tests. `plan` keeps this much. The kind:
 # cpu_kind below.
 declare -A CORE_E2E_SECONDS=([intel]=1750 [amd]=1950)
+# Seconds of `make test` alone on each kind (docs/results.md: Intel 703-706 s, AMD 826-872 s),
+# with room: what a cold .ci/run keeps for it before an e2e with a tier (`seconds test`).
+declare -A UNIT_TEST_SECONDS=([intel]=800 [amd]=950)
 TIERS=(serving gitops pulumi)
 # serving: KServe's predictor with its agent and message-dumper on the real node, in both modes:
 # Standard mode's HPA (metrics-server) under Locust, and Serverless mode: Knative Serving and
@@ -208,13 +213,15 @@ case "${1:-}" in
     else die "usage: $0 $1 [--core|--tiers]"; fi ;;
   seconds)
     if [[ -z "${2:-}" || "$2" == core ]]; then echo "${CORE_E2E_SECONDS[$CPU]} $CPU"
+    elif [[ "$2" == test ]]; then echo "${UNIT_TEST_SECONDS[$CPU]} $CPU"
     elif [[ " ${TIERS[*]} " == *" $2 "* ]]; then echo "$(tier_seconds "$2") $CPU"
-    else die "seconds: no tier named '$2' (have: core ${TIERS[*]})"; fi ;;
+    else die "seconds: no tier named '$2' (have: core test ${TIERS[*]})"; fi ;;
+  tiers) printf '%s\n' "${TIERS[@]}" ;;
   pytest-args) for t in "${SKIP[@]}"; do tier_items "$t" TESTS | sed 's/^/--ignore=/'; done ;;
   report) report ;;
   plan) [[ $# -ge 2 ]] || die "usage: $0 plan DEADLINE [PID]"; plan "$2" "${3:-}" ;;
   -h | --help)
-    echo "usage: scripts/e2e-tiers.sh tools|images [--core|--tiers] | pytest-args | report | plan DEADLINE [PID]"
+    echo "usage: scripts/e2e-tiers.sh tools|images [--core|--tiers] | pytest-args | report | seconds [PART] | tiers | plan DEADLINE [PID]"
     sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' ;;
-  *) die "usage: scripts/e2e-tiers.sh tools|images [--core|--tiers] | pytest-args | report | plan DEADLINE [PID] (see --help)" ;;
+  *) die "usage: scripts/e2e-tiers.sh tools|images [--core|--tiers] | pytest-args | report | seconds [PART] | tiers | plan DEADLINE [PID] (see --help)" ;;
 esac

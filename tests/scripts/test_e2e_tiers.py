@@ -271,7 +271,7 @@ def test_plan_keeps_the_seconds_measured_on_this_kind_of_cpu(tmp_path):
                 env=env,
                 check=True,
             ).stdout.split()  # fmt: skip
-            for part in ("core", "serving", "gitops", "pulumi")
+            for part in ("core", "test", "serving", "gitops", "pulumi")
         }
         assert {kind for _, kind in got.values()} == {cpu}
         seconds[cpu] = {part: int(n) for part, (n, _) in got.items()}
