@@ -269,11 +269,19 @@ def knative_serving_core() -> str:
 
 def _run(argv: list[str]) -> str:
     """stdout of the repository's script ``argv`` (offline: the shared mirror); raises
-    ControllerError with its stderr when it fails."""
+    ControllerError with its stderr (or stdout: ``go mod download -json`` reports there) when it
+    fails, and for a module download, where the module must come from."""
     env = {**os.environ, "UPSTREAM_MIRROR_DIR": str(shared_mirror_dir())}
     proc = subprocess.run(argv, capture_output=True, text=True, check=False, cwd=REPO_ROOT, env=env)
     if proc.returncode != 0:
-        raise ControllerError(f"{' '.join(argv)}: {proc.stderr.strip()[-2000:]}")
+        why = (proc.stderr.strip() or proc.stdout.strip())[-2000:]
+        if argv[:3] == ["go", "mod", "download"]:
+            why += (
+                " (the e2e runs without an uplink: the module is read from Go's module cache,"
+                " where the tools' build puts it; after `go clean -modcache`, fetch it first:"
+                f" go mod download {argv[-1]})"
+            )
+        raise ControllerError(f"{' '.join(argv)}: {why}")
     return proc.stdout
 
 
