@@ -236,9 +236,7 @@ def knative_serving_core() -> str:
     (module_version,) = [
         ln.split()[1] for ln in listing.splitlines() if ln.split()[:1] == ["knative-serving"]
     ]
-    info = json.loads(
-        _run(["go", "mod", "download", "-json", f"knative.dev/serving@{module_version}"])
-    )
+    info = _module(f"knative.dev/serving@{module_version}")
     images = {}
     for line in _run(["bash", str(REPO_ROOT / "scripts" / "e2e-images.sh"), "--list"]).splitlines():
         name, ref = line.split()[:2]
@@ -250,7 +248,7 @@ def knative_serving_core() -> str:
     )
     files = sorted((Path(info["Dir"]) / "config" / "core").rglob("*.yaml"))
     for module, rel in KNATIVE_CORE_LINKS.values():
-        dep = json.loads(_run(["go", "mod", "download", "-json", f"{module}@{requires[module]}"]))
+        dep = _module(f"{module}@{requires[module]}")
         files.append(Path(dep["Dir"]) / rel)
     docs = []
     for path in files:
@@ -267,20 +265,28 @@ def knative_serving_core() -> str:
     return "\n---\n".join(docs)
 
 
+def _module(spec: str) -> dict:
+    """``go mod download -json`` of ``spec`` (MODULE@VERSION): its ``Dir``, ``GoMod``, ...
+    Raises ControllerError naming where the module must come from: the e2e runs without an
+    uplink, so only Go's module cache (filled by the tools' build) can give it."""
+    try:
+        return json.loads(_run(["go", "mod", "download", "-json", spec]))
+    except ControllerError as e:
+        raise ControllerError(
+            f"{e} (the e2e runs without an uplink: the module is read from Go's module cache, where"
+            f" the tools' build puts it; after `go clean -modcache`, fetch it first: go mod"
+            f" download {spec})"
+        ) from e
+
+
 def _run(argv: list[str]) -> str:
     """stdout of the repository's script ``argv`` (offline: the shared mirror); raises
-    ControllerError with its stderr (or stdout: ``go mod download -json`` reports there) when it
-    fails, and for a module download, where the module must come from."""
+    ControllerError with its stderr (or stdout, where ``go mod download -json`` reports) when it
+    fails."""
     env = {**os.environ, "UPSTREAM_MIRROR_DIR": str(shared_mirror_dir())}
     proc = subprocess.run(argv, capture_output=True, text=True, check=False, cwd=REPO_ROOT, env=env)
     if proc.returncode != 0:
         why = (proc.stderr.strip() or proc.stdout.strip())[-2000:]
-        if argv[:3] == ["go", "mod", "download"]:
-            why += (
-                " (the e2e runs without an uplink: the module is read from Go's module cache,"
-                " where the tools' build puts it; after `go clean -modcache`, fetch it first:"
-                f" go mod download {argv[-1]})"
-            )
         raise ControllerError(f"{' '.join(argv)}: {why}")
     return proc.stdout
 

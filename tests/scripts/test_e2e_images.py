@@ -209,29 +209,19 @@ def test_a_file_outside_the_build_context_changes_no_key(clone, tmp_path):
     assert listing(clone, tmp_path / "cache") == before
 
 
-def dockerignore_of(text: str) -> tuple[set[str], set[str]]:
-    """A .dockerignore's allowlist (its ``!`` lines) and its other patterns."""
-    lines = {line.strip() for line in text.splitlines()}
-    lines -= {""}
-    lines = {line for line in lines if not line.startswith("#")}
-    return {x[1:] for x in lines if x.startswith("!")}, {x for x in lines if not x.startswith("!")}
-
-
-def image_files(root: Path = REPO) -> list[str]:
-    """scripts/lib.sh's IMAGE_FILES: the build context's files beside src/."""
-    out = subprocess.run(
-        ["bash", "-c", 'source scripts/lib.sh && printf "%s\\n" "${IMAGE_FILES[@]}"'],
-        cwd=root, capture_output=True, text=True, check=True,
-    ).stdout  # fmt: skip
-    return out.split()
-
-
 def test_the_keyed_files_are_what_dockerignore_lets_into_the_build():
     """The content tag and the e2e's key hash IMAGE_FILES and src/ (less bytecode and
     egg-info): exactly what .dockerignore lets into `docker build`'s context, so a file added
     to one list and not the other (an image changed under the same tag) fails here."""
-    allowed, others = dockerignore_of((REPO / ".dockerignore").read_text())
-    assert allowed == {f for f in image_files() if f != "Dockerfile"} | {"src/"}
+    lines = (REPO / ".dockerignore").read_text().splitlines()
+    patterns = {x.strip() for x in lines if x.strip() and not x.startswith("#")}
+    allowed = {x[1:] for x in patterns if x.startswith("!")}
+    others = {x for x in patterns if not x.startswith("!")}
+    image_files = subprocess.run(
+        ["bash", "-c", 'source scripts/lib.sh && echo "${IMAGE_FILES[@]}"'],
+        cwd=REPO, capture_output=True, text=True, check=True,
+    ).stdout.split()  # fmt: skip
+    assert allowed == {f for f in image_files if f != "Dockerfile"} | {"src/"}
     assert others == {"*", "src/**/__pycache__", "src/*.egg-info"}  # image_context's exclusions
 
 
